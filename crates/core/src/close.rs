@@ -1,0 +1,107 @@
+//! Why a connection ended. Reasons are data with stable codes so logs, metrics and
+//! tests can tell a bad client from a slow one from an operator action.
+
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The client closed (Close message, WebSocket close, DELETE, stream ended).
+    ClientClosed,
+    /// The outbound queue passed its byte budget: the client reads too slowly.
+    SlowConsumer { pending_bytes: usize, budget: usize },
+    /// No message or ping from a client that pings, within the client timeout.
+    ClientTimeout,
+    /// The handshake did not complete in time.
+    HandshakeTimeout,
+    /// The client broke the protocol; the text says how.
+    ProtocolError(String),
+    /// A message from the client was larger than the configured maximum.
+    MessageTooLarge { size: usize, limit: usize },
+    /// The access token expired (`asrs.s.coae`).
+    AuthExpired,
+    /// Closed through the REST API or by an app server; the text is the caller's reason.
+    ClosedByApi(Option<String>),
+    /// A client invoked a hub method in serverless mode with nowhere to send it.
+    InvocationNotSupported,
+    /// A long-polling connection stopped polling, or a negotiated connection never connected.
+    Inactive,
+    /// The service is shutting down.
+    ServiceShutdown,
+}
+
+impl CloseReason {
+    /// Stable machine-readable code for logs and metrics labels.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CloseReason::ClientClosed => "client_closed",
+            CloseReason::SlowConsumer { .. } => "slow_consumer",
+            CloseReason::ClientTimeout => "client_timeout",
+            CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::ProtocolError(_) => "protocol_error",
+            CloseReason::MessageTooLarge { .. } => "message_too_large",
+            CloseReason::AuthExpired => "auth_expired",
+            CloseReason::ClosedByApi(_) => "closed_by_api",
+            CloseReason::InvocationNotSupported => "invocation_not_supported",
+            CloseReason::Inactive => "inactive",
+            CloseReason::ServiceShutdown => "service_shutdown",
+        }
+    }
+
+    /// The `error` text of the hub Close message sent to the client, if any.
+    pub fn close_error(&self) -> Option<String> {
+        match self {
+            CloseReason::ClientClosed | CloseReason::Inactive => None,
+            CloseReason::ClosedByApi(reason) => reason.clone(),
+            other => Some(format!("Connection closed with an error. {other}")),
+        }
+    }
+
+    /// Whether the client may reconnect (`allowReconnect` of the Close message).
+    pub fn allow_reconnect(&self) -> bool {
+        match self {
+            CloseReason::ClientClosed
+            | CloseReason::ProtocolError(_)
+            | CloseReason::MessageTooLarge { .. }
+            | CloseReason::InvocationNotSupported
+            | CloseReason::Inactive => false,
+            CloseReason::SlowConsumer { .. }
+            | CloseReason::ClientTimeout
+            | CloseReason::HandshakeTimeout
+            | CloseReason::AuthExpired
+            | CloseReason::ClosedByApi(_)
+            | CloseReason::ServiceShutdown => true,
+        }
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseReason::ClientClosed => f.write_str("client closed the connection"),
+            CloseReason::SlowConsumer {
+                pending_bytes,
+                budget,
+            } => write!(
+                f,
+                "slow consumer: {pending_bytes} bytes pending exceeds the outbound budget of {budget} bytes"
+            ),
+            CloseReason::ClientTimeout => f.write_str(
+                "client timeout: no message or ping received within the client timeout",
+            ),
+            CloseReason::HandshakeTimeout => f.write_str("handshake was not completed in time"),
+            CloseReason::ProtocolError(text) => write!(f, "protocol error: {text}"),
+            CloseReason::MessageTooLarge { size, limit } => write!(
+                f,
+                "the maximum message size of {limit}B was exceeded ({size}B)"
+            ),
+            CloseReason::AuthExpired => f.write_str("the access token expired"),
+            CloseReason::ClosedByApi(Some(reason)) => write!(f, "closed by the API: {reason}"),
+            CloseReason::ClosedByApi(None) => f.write_str("closed by the API"),
+            CloseReason::InvocationNotSupported => f.write_str(
+                "hub invocations from clients are not supported in serverless mode without an upstream",
+            ),
+            CloseReason::Inactive => f.write_str("connection inactive"),
+            CloseReason::ServiceShutdown => f.write_str("the service is shutting down"),
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Shared vocabulary for every Switchyard crate. No I/O.
+//!
+//! # Layout
+//! - [`names`]: validated hub, group, user and connection names.
+//! - [`protocol`]: hub protocol names and the per-protocol [`Payloads`] of one message.
+//! - [`close`]: why a connection ended, as data with stable codes.
+//! - [`message`]: sends and commands between nodes, and the channels that address them.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod close;
+pub mod message;
+pub mod names;
+pub mod protocol;
+
+pub use close::CloseReason;
+pub use message::{Channel, Message, Target};
+pub use names::{ConnectionId, GroupName, HubName, NameError, UserId};
+pub use protocol::{Payloads, Protocol};

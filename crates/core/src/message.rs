@@ -1,0 +1,105 @@
+//! What travels between nodes: sends and membership/close commands, addressed by channel.
+//!
+//! A node applies a [`Message`] to its local router; the backplane decides which nodes see it
+//! by the channels it is published on (see [`Channel`]).
+
+use std::time::Duration;
+
+use crate::{CloseReason, ConnectionId, GroupName, HubName, Payloads, UserId};
+
+/// Who a send or close is for, within one hub.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    All {
+        excluded: Vec<ConnectionId>,
+    },
+    Connection(ConnectionId),
+    Connections(Vec<ConnectionId>),
+    User(UserId),
+    Users(Vec<UserId>),
+    Group {
+        group: GroupName,
+        excluded: Vec<ConnectionId>,
+        excluded_users: Vec<UserId>,
+    },
+    Groups(Vec<GroupName>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// Deliver pre-encoded payloads to every local connection the target names.
+    Send {
+        hub: HubName,
+        target: Target,
+        payloads: Payloads,
+    },
+    AddToGroup {
+        hub: HubName,
+        connection: ConnectionId,
+        group: GroupName,
+    },
+    /// `group: None` removes the connection from all its groups.
+    RemoveFromGroup {
+        hub: HubName,
+        connection: ConnectionId,
+        group: Option<GroupName>,
+    },
+    /// `ttl: None` keeps the membership (up to a year); `Some(0)` adds only current connections.
+    UserJoinGroup {
+        hub: HubName,
+        user: UserId,
+        group: GroupName,
+        ttl: Option<Duration>,
+    },
+    /// `group: None` removes the user from all groups.
+    UserLeaveGroup {
+        hub: HubName,
+        user: UserId,
+        group: Option<GroupName>,
+    },
+    /// Close every local connection the target names (`Target::All`/`Group` exclusions apply).
+    Close {
+        hub: HubName,
+        target: Target,
+        reason: CloseReason,
+    },
+}
+
+impl Message {
+    pub fn hub(&self) -> &HubName {
+        match self {
+            Message::Send { hub, .. }
+            | Message::AddToGroup { hub, .. }
+            | Message::RemoveFromGroup { hub, .. }
+            | Message::UserJoinGroup { hub, .. }
+            | Message::UserLeaveGroup { hub, .. }
+            | Message::Close { hub, .. } => hub,
+        }
+    }
+}
+
+/// A backplane channel. A node subscribes to a channel while it has a local member for it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Channel {
+    /// Everything addressed to a whole hub (broadcasts, close-all, user-group commands).
+    Hub(HubName),
+    Group(HubName, GroupName),
+    User(HubName, UserId),
+    /// Every node: commands whose effect outlives connections (user-group memberships).
+    All,
+    /// One node's inbox: connection-addressed sends and commands go to the owning node.
+    Node(String),
+}
+
+impl Channel {
+    /// Stable text form, used as the channel name by networked backplanes.
+    pub fn key(&self) -> String {
+        match self {
+            Channel::Hub(hub) => format!("h:{hub}"),
+            Channel::Group(hub, group) => format!("g:{hub}:{group}"),
+            Channel::User(hub, user) => format!("u:{hub}:{user}"),
+            Channel::All => "all".to_string(),
+            Channel::Node(node) => format!("n:{node}"),
+        }
+    }
+}

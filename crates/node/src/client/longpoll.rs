@@ -1,0 +1,128 @@
+//! Long polling: `GET {base}?id=` returns what is queued (or empty after the poll timeout);
+//! `DELETE` ends the connection. The first poll answers at once to mark the start.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use switchyard_core::CloseReason;
+use switchyard_router::Batch;
+use tokio::sync::oneshot;
+
+use super::{ClientConnection, Transport};
+use crate::http::text_error;
+use crate::node::Node;
+
+/// Transport flags and long-polling bookkeeping of one connection.
+#[derive(Default)]
+pub(crate) struct PollState {
+    pub(crate) websocket_active: AtomicBool,
+    pub(crate) stream_active: AtomicBool,
+    started: AtomicBool,
+    active: AtomicBool,
+    last_poll_end_ms: AtomicU64,
+    /// Completes the poll in progress when a newer one arrives.
+    cancel: Mutex<Option<oneshot::Sender<()>>>,
+    close_delivered: AtomicBool,
+}
+
+impl PollState {
+    /// How long the client has been without a poll in progress (0 while one is pending).
+    pub(crate) fn idle_for(&self, now_ms: u64) -> u64 {
+        if self.active.load(Ordering::Relaxed) {
+            0
+        } else {
+            now_ms.saturating_sub(self.last_poll_end_ms.load(Ordering::Relaxed))
+        }
+    }
+}
+
+fn no_cache(status: StatusCode, content_type: &'static str, body: Bytes) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache, no-store"),
+            (header::PRAGMA, "no-cache"),
+            (header::EXPIRES, "Thu, 01 Jan 1970 00:00:00 GMT"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub(super) async fn poll(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
+    if let Err(response) = client.start_transport(&node, Transport::LongPolling) {
+        return response;
+    }
+    let state = &client.poll;
+    if !state.started.swap(true, Ordering::AcqRel) {
+        state.last_poll_end_ms.store(node.now_ms(), Ordering::Relaxed);
+        return no_cache(StatusCode::OK, "application/octet-stream", Bytes::new());
+    }
+    let (cancel_tx, cancel_rx) = oneshot::channel();
+    if let Some(previous) = state.cancel.lock().replace(cancel_tx) {
+        let _ = previous.send(());
+    }
+    state.active.store(true, Ordering::Relaxed);
+    let response = wait_for_data(&node, &client, cancel_rx).await;
+    state.last_poll_end_ms.store(node.now_ms(), Ordering::Relaxed);
+    state.active.store(false, Ordering::Relaxed);
+    response
+}
+
+async fn wait_for_data(
+    node: &Node,
+    client: &ClientConnection,
+    cancelled: oneshot::Receiver<()>,
+) -> Response {
+    let outbound = client.connection.outbound();
+    let mut batch = Vec::new();
+    let next = tokio::select! {
+        next = outbound.next_batch(&mut batch) => next,
+        _ = cancelled => return no_cache(StatusCode::NO_CONTENT, "text/plain", Bytes::new()),
+        _ = tokio::time::sleep(node.config.timeouts.long_poll_timeout) => {
+            return no_cache(StatusCode::OK, "text/plain", Bytes::new());
+        }
+    };
+    match next {
+        Batch::Frames => {
+            let mut body = BytesMut::new();
+            for frame in batch {
+                body.extend_from_slice(&frame);
+            }
+            no_cache(StatusCode::OK, "application/octet-stream", body.freeze())
+        }
+        Batch::Close(reason) => {
+            let close = (reason != CloseReason::ClientClosed
+                && !client.poll.close_delivered.swap(true, Ordering::AcqRel))
+            .then(|| client.close_frame(&reason))
+            .flatten();
+            match close {
+                Some(frame) => no_cache(StatusCode::OK, "application/octet-stream", frame),
+                None => {
+                    node.finish(client);
+                    no_cache(StatusCode::NO_CONTENT, "text/plain", Bytes::new())
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn delete(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
+    if client.transport() != Some(Transport::LongPolling) {
+        return text_error(
+            StatusCode::BAD_REQUEST,
+            "Cannot terminate this connection using the DELETE endpoint.",
+        );
+    }
+    client.connection.close(CloseReason::ClientClosed);
+    // A pending poll sees the close and answers 204; with none pending, finish now.
+    if !client.poll.active.load(Ordering::Relaxed) {
+        node.finish(&client);
+    }
+    (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "text/plain")], "").into_response()
+}

@@ -1,0 +1,275 @@
+//! The client endpoint `/client/?hub=`: negotiate and the three transports.
+//!
+//! # Layout
+//! - `negotiate`: `POST /client/negotiate`, versions 0 and 1.
+//! - `session`: the hub-protocol side every transport feeds (handshake, pings, close).
+//! - `websocket`, `sse`, `longpoll`: one module per transport.
+//! - here: [`ClientConnection`], the per-client state, and request dispatch.
+
+mod longpoll;
+mod negotiate;
+mod session;
+mod sse;
+mod websocket;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::Response;
+use axum::routing::any;
+use switchyard_auth::VerifiedToken;
+use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
+use switchyard_router::{Connection, Hub};
+
+use crate::http::{authenticate, bearer_token, text_error, Query};
+use crate::node::Node;
+
+pub(crate) use session::Inbound;
+
+/// The transports, with the bits `asrs.s.htt` uses for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    WebSockets = 1,
+    ServerSentEvents = 2,
+    LongPolling = 4,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::WebSockets => "WebSockets",
+            Transport::ServerSentEvents => "ServerSentEvents",
+            Transport::LongPolling => "LongPolling",
+        }
+    }
+}
+
+/// What the heartbeat found due on a connection.
+pub(crate) enum Expiry {
+    /// Close with a reason (the client is told).
+    Close(CloseReason),
+    /// Drop without a word: nobody is listening (never connected, or stopped polling).
+    Discard,
+}
+
+/// One client connection: identity, chosen transport, timers, and its router connection.
+pub(crate) struct ClientConnection {
+    /// The `id=` value that finds this connection.
+    pub(crate) key: String,
+    pub(crate) connection: Arc<Connection>,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) token: VerifiedToken,
+    transport: OnceLock<Transport>,
+    allowed_transports: u8,
+    handshake_timeout: Duration,
+    poll_inactivity: Duration,
+    created_ms: u64,
+    started_ms: AtomicU64,
+    last_received_ms: AtomicU64,
+    client_pings: AtomicBool,
+    handshake_done: AtomicBool,
+    finished: AtomicBool,
+    pub(crate) inbound: tokio::sync::Mutex<Inbound>,
+    pub(crate) poll: longpoll::PollState,
+}
+
+impl ClientConnection {
+    pub(crate) fn new(
+        node: &Node,
+        key: String,
+        id: ConnectionId,
+        hub: Arc<Hub>,
+        token: VerifiedToken,
+    ) -> Arc<ClientConnection> {
+        let user = token.user_id().and_then(|u| UserId::new(u).ok());
+        let timeouts = &node.config.timeouts;
+        let handshake_timeout = token
+            .handshake_timeout_secs()
+            .map_or(timeouts.handshake_timeout, |s| Duration::from_secs(s.into()));
+        let poll_inactivity = token
+            .max_poll_interval_secs()
+            .map_or(timeouts.long_poll_inactivity, |s| {
+                Duration::from_secs(s.into())
+            });
+        let allowed_transports = token.allowed_transports().unwrap_or(0b111);
+        let now = node.now_ms();
+        Arc::new(ClientConnection {
+            key,
+            connection: Arc::new(Connection::new(
+                id,
+                user,
+                node.config.limits.max_pending_bytes_per_connection,
+            )),
+            hub,
+            token,
+            transport: OnceLock::new(),
+            allowed_transports,
+            handshake_timeout,
+            poll_inactivity,
+            created_ms: now,
+            started_ms: AtomicU64::new(0),
+            last_received_ms: AtomicU64::new(now),
+            client_pings: AtomicBool::new(false),
+            handshake_done: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            inbound: tokio::sync::Mutex::new(Inbound::new()),
+            poll: longpoll::PollState::default(),
+        })
+    }
+
+    pub(crate) fn transport(&self) -> Option<Transport> {
+        self.transport.get().copied()
+    }
+
+    /// Fixes the transport on the first transport request. Err(response) if another one was
+    /// fixed before or the token does not allow this one.
+    fn start_transport(&self, node: &Node, transport: Transport) -> Result<(), Response> {
+        if self.allowed_transports & transport as u8 == 0 {
+            return Err(text_error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{} transport not supported by this end point type",
+                    transport.name()
+                ),
+            ));
+        }
+        let current = *self.transport.get_or_init(|| transport);
+        if current != transport {
+            return Err(text_error(
+                StatusCode::BAD_REQUEST,
+                "Cannot change transports mid-connection",
+            ));
+        }
+        let _ = self.started_ms.compare_exchange(
+            0,
+            node.now_ms().max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// Returns false if the connection was already finished.
+    pub(crate) fn mark_finished(&self) -> bool {
+        !self.finished.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// What is due on this connection now, if anything.
+    pub(crate) fn check_timers(&self, node: &Node, now_ms: u64, now_unix: i64) -> Option<Expiry> {
+        let timeouts = &node.config.timeouts;
+        // A slow consumer's writer may be stuck in a socket write; leave the hub now.
+        if let Some(CloseReason::SlowConsumer { .. }) = self.connection.outbound().close_reason() {
+            return Some(Expiry::Discard);
+        }
+        let started = self.started_ms.load(Ordering::Relaxed);
+        if started == 0 {
+            let waited = now_ms.saturating_sub(self.created_ms);
+            return (waited > timeouts.connect_timeout.as_millis() as u64).then_some(Expiry::Discard);
+        }
+        if self.transport() == Some(Transport::LongPolling) && self.poll.idle_for(now_ms) > self.poll_inactivity.as_millis() as u64 {
+            return Some(Expiry::Discard);
+        }
+        if !self.handshake_done.load(Ordering::Relaxed) {
+            let waited = now_ms.saturating_sub(started);
+            return (waited > self.handshake_timeout.as_millis() as u64)
+                .then_some(Expiry::Close(CloseReason::HandshakeTimeout));
+        }
+        if let Some(expires) = self.token.close_on_auth_expiry() {
+            if now_unix >= expires {
+                return Some(Expiry::Close(CloseReason::AuthExpired));
+            }
+        }
+        if self.client_pings.load(Ordering::Relaxed) {
+            let silent = now_ms.saturating_sub(self.last_received_ms.load(Ordering::Relaxed));
+            if silent > timeouts.client_timeout.as_millis() as u64 {
+                return Some(Expiry::Close(CloseReason::ClientTimeout));
+            }
+        }
+        None
+    }
+}
+
+pub(crate) fn routes() -> axum::Router<Arc<Node>> {
+    axum::Router::new()
+        .route("/client/negotiate", any(negotiate::negotiate))
+        .route("/client/negotiate/", any(negotiate::negotiate))
+        .route("/client", any(dispatch))
+        .route("/client/", any(dispatch))
+}
+
+/// Validates `hub` (exactly one, valid name) and the bearer token for the client audience.
+pub(crate) fn authorize_client(
+    node: &Node,
+    request: &axum::http::request::Parts,
+    query: &Query,
+) -> Result<(HubName, VerifiedToken), Response> {
+    if query.count("hub") != 1 {
+        return Err(text_error(
+            StatusCode::BAD_REQUEST,
+            "exactly one 'hub' query parameter is required",
+        ));
+    }
+    let hub_text = query.get("hub").unwrap_or_default();
+    let hub = HubName::new(hub_text, None)
+        .map_err(|e| text_error(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let audience_query = format!("hub={}", hub.as_str());
+    let token = authenticate(
+        node,
+        bearer_token(&request.headers, query),
+        &request.headers,
+        &request.uri,
+        "/client/",
+        Some(&audience_query),
+    )
+    .map_err(|e| text_error(StatusCode::UNAUTHORIZED, e.to_string()))?;
+    Ok((hub, token))
+}
+
+/// `{base}` requests: WebSocket upgrade, SSE stream, long poll, send, or delete.
+async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let query = Query::parse(&parts.uri);
+    let (hub, token) = match authorize_client(&node, &parts, &query) {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let id = query.get("id").filter(|id| !id.is_empty()).map(str::to_string);
+    let is_upgrade = parts
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if parts.method == Method::GET && is_upgrade {
+        let upgrade = match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &node).await {
+            Ok(upgrade) => upgrade,
+            Err(rejection) => return axum::response::IntoResponse::into_response(rejection),
+        };
+        return websocket::connect(node, hub, token, id, upgrade);
+    }
+    let Some(id) = id else {
+        return text_error(StatusCode::BAD_REQUEST, "Connection ID required");
+    };
+    let client = match node.client(&id) {
+        Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
+        _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
+    };
+    let wants_sse = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    match parts.method {
+        Method::GET if wants_sse => sse::stream(node, client),
+        Method::GET => longpoll::poll(node, client).await,
+        Method::POST => session::send(node, client, body).await,
+        Method::DELETE => longpoll::delete(node, client),
+        _ => text_error(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
+    }
+}

@@ -1,0 +1,96 @@
+//! `POST /client/negotiate?hub=`: creates a connection and tells the client how to reach it.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use switchyard_auth::generate_connection_token;
+use switchyard_core::ConnectionId;
+
+use super::{authorize_client, ClientConnection, Transport};
+use crate::http::{text_error, Query};
+use crate::node::Node;
+
+pub(super) async fn negotiate(State(node): State<Arc<Node>>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    if parts.method != Method::POST {
+        return text_error(StatusCode::METHOD_NOT_ALLOWED, "negotiate requires POST");
+    }
+    let query = Query::parse(&parts.uri);
+    let (hub, token) = match authorize_client(&node, &parts, &query) {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let version = match query.get("negotiateVersion") {
+        None => 0,
+        Some(text) => match text.parse::<i64>() {
+            Ok(v) if v < 0 => {
+                return json_body(json!({"error": format!(
+                    "The client requested version '{v}', but the server does not support this version."
+                )}))
+            }
+            Ok(v) => v.min(1),
+            Err(_) => {
+                return json_body(
+                    json!({"error": "The client requested a non-integer protocol version."}),
+                )
+            }
+        },
+    };
+    if node.at_connection_limit() {
+        return text_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the service has reached its maximum number of client connections",
+        );
+    }
+    let id = generate_connection_token();
+    let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
+    let key = if version >= 1 {
+        generate_connection_token()
+    } else {
+        id.clone()
+    };
+    let allowed = token.allowed_transports().unwrap_or(0b111);
+    let hub = node.router.hub(&hub);
+    let client = ClientConnection::new(&node, key.clone(), connection_id, hub, token);
+    if !node.insert_client(client) {
+        return text_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the service has reached its maximum number of client connections",
+        );
+    }
+    json_body(negotiate_response(version, &id, &key, allowed))
+}
+
+/// The body in the exact field order ASP.NET Core writes.
+fn negotiate_response(version: i64, id: &str, token: &str, allowed: u8) -> serde_json::Value {
+    let mut transports = Vec::new();
+    for (transport, formats) in [
+        (Transport::WebSockets, &["Text", "Binary"][..]),
+        (Transport::ServerSentEvents, &["Text"][..]),
+        (Transport::LongPolling, &["Text", "Binary"][..]),
+    ] {
+        if allowed & transport as u8 != 0 {
+            transports.push(json!({"transport": transport.name(), "transferFormats": formats}));
+        }
+    }
+    let mut body = serde_json::Map::new();
+    body.insert("negotiateVersion".into(), json!(version));
+    body.insert("connectionId".into(), json!(id));
+    if version >= 1 {
+        body.insert("connectionToken".into(), json!(token));
+    }
+    body.insert("availableTransports".into(), json!(transports));
+    serde_json::Value::Object(body)
+}
+
+fn json_body(value: serde_json::Value) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}

@@ -1,0 +1,133 @@
+//! Server-Sent Events: `GET {base}?id=` with `Accept: text/event-stream`. Each drained batch of
+//! frames becomes one event; sends arrive by POST.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::stream;
+use switchyard_hub_protocol::{ping, Format};
+use switchyard_router::Batch;
+use tokio::time::{sleep_until, Instant};
+
+use super::{ClientConnection, Transport};
+use crate::node::Node;
+
+pub(super) fn stream(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
+    if client.poll.stream_active.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return crate::http::text_error(StatusCode::CONFLICT, "An event stream is already open for this ID");
+    }
+    if let Err(response) = client.start_transport(&node, Transport::ServerSentEvents) {
+        return response;
+    }
+    let keep_alive = node.config.timeouts.keep_alive_interval;
+    let state = StreamState {
+        guard: FinishOnDrop { node, client },
+        batch: Vec::new(),
+        last_write: Instant::now(),
+        preamble_sent: false,
+        done: false,
+    };
+    let body = stream::unfold(state, move |mut state| async move {
+        let event = state.next_event(keep_alive).await?;
+        Some((Ok::<Bytes, Infallible>(event), state))
+    });
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache,no-store"),
+            (header::PRAGMA, "no-cache"),
+            (header::CONTENT_ENCODING, "identity"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// Ends the connection when the response stream is dropped (client gone or stream over).
+struct FinishOnDrop {
+    node: Arc<Node>,
+    client: Arc<ClientConnection>,
+}
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        self.node.finish(&self.client);
+    }
+}
+
+struct StreamState {
+    guard: FinishOnDrop,
+    batch: Vec<Bytes>,
+    last_write: Instant,
+    preamble_sent: bool,
+    done: bool,
+}
+
+impl StreamState {
+    async fn next_event(&mut self, keep_alive: Duration) -> Option<Bytes> {
+        if !self.preamble_sent {
+            self.preamble_sent = true;
+            return Some(Bytes::from_static(b":\r\n"));
+        }
+        if self.done {
+            return None;
+        }
+        let client = &self.guard.client;
+        let outbound = client.connection.outbound();
+        let event = tokio::select! {
+            next = outbound.next_batch(&mut self.batch) => match next {
+                Batch::Frames => format_event(self.batch.drain(..)),
+                Batch::Close(reason) => {
+                    self.done = true;
+                    format_event(client.close_frame(&reason).into_iter())
+                }
+            },
+            _ = sleep_until(self.last_write + keep_alive), if client.handshake_done() => {
+                format_event(std::iter::once(ping(Format::Json)))
+            }
+        };
+        self.last_write = Instant::now();
+        Some(event)
+    }
+}
+
+/// One SSE event: the payload cut at each `\n` (a `\r` before it dropped), each piece as a
+/// `data: ` line, then a blank line.
+fn format_event(frames: impl Iterator<Item = Bytes>) -> Bytes {
+    let mut payload = BytesMut::new();
+    for frame in frames {
+        payload.extend_from_slice(&frame);
+    }
+    let mut event = BytesMut::with_capacity(payload.len() + 16);
+    if !payload.is_empty() {
+        for line in payload[..].split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            event.put_slice(b"data: ");
+            event.put_slice(line);
+            event.put_slice(b"\r\n");
+        }
+    }
+    event.put_slice(b"\r\n");
+    event.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_format() {
+        let e = format_event([Bytes::from_static(b"{\"type\":6}\x1e")].into_iter());
+        assert_eq!(&e[..], b"data: {\"type\":6}\x1e\r\n\r\n");
+        let e = format_event([Bytes::from_static(b"a\r\nb\nc")].into_iter());
+        assert_eq!(&e[..], b"data: a\r\ndata: b\r\ndata: c\r\n\r\n");
+        let e = format_event(std::iter::empty());
+        assert_eq!(&e[..], b"\r\n");
+    }
+}

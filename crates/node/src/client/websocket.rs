@@ -1,0 +1,198 @@
+//! WebSockets transport: one task per connection reads frames, drains the outbound queue in
+//! batches, and pings when idle. Text frames for JSON, binary for MessagePack.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::SinkExt;
+use switchyard_auth::{generate_connection_token, VerifiedToken};
+use switchyard_core::{CloseReason, ConnectionId, HubName};
+use switchyard_hub_protocol::{ping, Format};
+use switchyard_router::Batch;
+use tokio::time::{sleep_until, timeout, Instant};
+
+use super::{ClientConnection, Transport};
+use crate::http::text_error;
+use crate::node::Node;
+
+/// A single write that takes longer than this closes the connection (ASP.NET's default).
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for the client's close frame after ours.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Socket buffers kept small: idle connections must cost little memory.
+const READ_BUFFER: usize = 4 * 1024;
+const WRITE_BUFFER: usize = 0;
+
+pub(super) fn connect(
+    node: Arc<Node>,
+    hub: HubName,
+    token: VerifiedToken,
+    id: Option<String>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let client = match id {
+        Some(id) => match node.client(&id) {
+            Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
+            _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
+        },
+        None => {
+            // No negotiate: skip-negotiation clients and Python clients after a redirect.
+            if node.at_connection_limit() {
+                return text_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "the service has reached its maximum number of client connections",
+                );
+            }
+            let id = generate_connection_token();
+            let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
+            let client = ClientConnection::new(&node, id, connection_id, node.router.hub(&hub), token);
+            if !node.insert_client(client.clone()) {
+                return text_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "the service has reached its maximum number of client connections",
+                );
+            }
+            client
+        }
+    };
+    if client.poll.websocket_active.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return text_error(StatusCode::CONFLICT, "A WebSocket is already connected for this ID");
+    }
+    if let Err(response) = client.start_transport(&node, Transport::WebSockets) {
+        return response;
+    }
+    // One WebSocket message may batch several hub messages (the JS client does), so the
+    // frame limit is looser than the per-message limit the splitter enforces.
+    let max_message = node.config.limits.max_client_message_size.saturating_mul(4);
+    upgrade
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
+        .max_message_size(max_message)
+        .max_frame_size(max_message)
+        .on_failed_upgrade({
+            let node = node.clone();
+            let client = client.clone();
+            move |_| node.finish(&client)
+        })
+        .on_upgrade(move |socket| async move {
+            run(&node, &client, socket).await;
+            node.finish(&client);
+        })
+}
+
+/// Leaves the hub at once, then completes the WebSocket close handshake (bounded).
+async fn close_socket(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
+    node.finish(client);
+    let _ = timeout(
+        SEND_TIMEOUT,
+        socket.send(WsMessage::Close(Some(CloseFrame {
+            code: 1000,
+            reason: Utf8Bytes::from_static(""),
+        }))),
+    )
+    .await;
+    // Wait for the client's close frame so the close is clean on its side.
+    let _ = timeout(CLOSE_TIMEOUT, async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, WsMessage::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+async fn run(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
+    let keep_alive = node.config.timeouts.keep_alive_interval;
+    let outbound = client.connection.outbound();
+    let mut batch = Vec::new();
+    let mut frames_written: u64 = 0;
+    let mut last_write = Instant::now();
+    let close_reason = loop {
+        tokio::select! {
+            incoming = socket.recv() => {
+                let data = match incoming {
+                    Some(Ok(WsMessage::Text(text))) => Bytes::from(text),
+                    Some(Ok(WsMessage::Binary(data))) => data,
+                    Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
+                    Some(Ok(WsMessage::Close(_))) | None => break None,
+                    Some(Err(error)) => break Some(CloseReason::ProtocolError(error.to_string())),
+                };
+                let mut inbound = client.inbound.lock().await;
+                if let Err(reason) = client.receive(node, &mut inbound, &data) {
+                    client.connection.close(reason);
+                }
+            }
+            next = outbound.next_batch(&mut batch) => match next {
+                Batch::Frames => {
+                    let binary = client
+                        .connection
+                        .protocol()
+                        .and_then(Format::from_protocol)
+                        == Some(Format::MessagePack);
+                    for frame in batch.drain(..) {
+                        // The handshake response is always the first frame, and always text.
+                        let message = if binary && frames_written > 0 {
+                            WsMessage::Binary(frame)
+                        } else {
+                            WsMessage::Text(text_frame(frame))
+                        };
+                        frames_written += 1;
+                        if !feed(&mut socket, message).await {
+                            return;
+                        }
+                    }
+                    if !flush(&mut socket).await {
+                        return;
+                    }
+                    last_write = Instant::now();
+                }
+                Batch::Close(reason) => break Some(reason),
+            },
+            _ = sleep_until(last_write + keep_alive), if client.handshake_done() => {
+                let format = client.connection.protocol().and_then(Format::from_protocol).unwrap_or(Format::Json);
+                let message = match format {
+                    Format::Json => WsMessage::Text(text_frame(ping(format))),
+                    Format::MessagePack => WsMessage::Binary(ping(format)),
+                };
+                if !feed(&mut socket, message).await || !flush(&mut socket).await {
+                    return;
+                }
+                last_write = Instant::now();
+            }
+        }
+    };
+    let Some(reason) = close_reason else {
+        return; // the client closed; nothing more to say
+    };
+    tracing::debug!(connection = %client.connection.id(), reason = reason.code(), "closing websocket");
+    if let Some(close) = client.close_frame(&reason) {
+        let binary = client.connection.protocol().and_then(Format::from_protocol) == Some(Format::MessagePack);
+        let message = if binary { WsMessage::Binary(close) } else { WsMessage::Text(text_frame(close)) };
+        if !feed(&mut socket, message).await {
+            return;
+        }
+    }
+    close_socket(node, client, socket).await;
+}
+
+/// JSON frames are UTF-8 by construction (handshake, service-encoded JSON, app payloads that a
+/// JSON client accepts); anything else is sent lossily rather than panicking.
+fn text_frame(frame: Bytes) -> Utf8Bytes {
+    match Utf8Bytes::try_from(frame.clone()) {
+        Ok(text) => text,
+        Err(_) => Utf8Bytes::from(String::from_utf8_lossy(&frame).into_owned()),
+    }
+}
+
+async fn feed(socket: &mut WebSocket, message: WsMessage) -> bool {
+    matches!(timeout(SEND_TIMEOUT, socket.feed(message)).await, Ok(Ok(())))
+}
+
+async fn flush(socket: &mut WebSocket) -> bool {
+    matches!(timeout(SEND_TIMEOUT, socket.flush()).await, Ok(Ok(())))
+}

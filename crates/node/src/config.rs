@@ -1,0 +1,214 @@
+//! The service's settings: one documented tree, every field with its default, unknown keys
+//! rejected, validated once at start.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Settings of one Switchyard node. The TOML file, `SWITCHYARD_*` variables and flags all fill
+/// this same tree (see the README's configuration table).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Config {
+    /// Address to listen on. Default `127.0.0.1:8888`.
+    pub listen: SocketAddr,
+    /// Primary access key: signs and verifies tokens. Unset = development mode with the
+    /// Azure Emulator's well-known key (loopback addresses only).
+    pub access_key: Option<String>,
+    /// Secondary access key, accepted for verification too (key rotation).
+    pub secondary_access_key: Option<String>,
+    /// URL clients and REST callers use to reach this node, printed in the connection string.
+    /// Default: `http://{listen}`.
+    pub public_endpoint: Option<String>,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Limits {
+    /// Largest hub message a client may send on any transport, in bytes. Default 1 MiB.
+    pub max_client_message_size: usize,
+    /// Largest SSE/long-polling send body and REST request body, in bytes. Default 1 MiB.
+    pub max_request_body_size: usize,
+    /// Outbound bytes queued for one client before it is closed as a slow consumer. Default 1 MiB.
+    pub max_pending_bytes_per_connection: usize,
+    /// Concurrent client connections this node accepts; 0 = unlimited. Over it: HTTP 429.
+    pub max_client_connections: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Timeouts {
+    /// Ping a client after this long without writing to it (not on long polling). Default 15s.
+    #[serde(with = "humantime_serde")]
+    pub keep_alive_interval: Duration,
+    /// Close a client that pings but sent nothing for this long. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub client_timeout: Duration,
+    /// Time a client has to complete the SignalR handshake (`asrs.s.cht` overrides). Default 15s.
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+    /// Time between negotiate and the first transport request. Default 15s.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// How long a long poll waits for data before answering empty. Default 90s.
+    #[serde(with = "humantime_serde")]
+    pub long_poll_timeout: Duration,
+    /// A long-polling client without a poll for this long is dropped (`asrs.s.ttl` overrides).
+    /// Default 15s.
+    #[serde(with = "humantime_serde")]
+    pub long_poll_inactivity: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8888".parse().expect("valid default address"),
+            access_key: None,
+            secondary_access_key: None,
+            public_endpoint: None,
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_client_message_size: 1024 * 1024,
+            max_request_body_size: 1024 * 1024,
+            max_pending_bytes_per_connection: 1024 * 1024,
+            max_client_connections: 0,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            keep_alive_interval: Duration::from_secs(15),
+            client_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(15),
+            long_poll_timeout: Duration::from_secs(90),
+            long_poll_inactivity: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A setting that cannot work, found at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Whether no key is configured: the Emulator's well-known key is used.
+    pub fn development_mode(&self) -> bool {
+        self.access_key.is_none()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.development_mode() && !self.listen.ip().is_loopback() {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to listen on non-loopback address {} in development mode (no access key \
+                 configured, so the publicly known Emulator key would be accepted); set an access key \
+                 with --access-key / SWITCHYARD_ACCESS_KEY / access_key, or listen on 127.0.0.1",
+                self.listen
+            )));
+        }
+        for (name, key) in [
+            ("access_key", &self.access_key),
+            ("secondary_access_key", &self.secondary_access_key),
+        ] {
+            if let Some(key) = key {
+                if key.len() < 32 {
+                    return Err(ConfigError::Invalid(format!(
+                        "{name} must be at least 32 characters (HMAC-SHA256 keys shorter than that are guessable)"
+                    )));
+                }
+            }
+        }
+        if self.secondary_access_key.is_some() && self.access_key.is_none() {
+            return Err(ConfigError::Invalid(
+                "secondary_access_key is set but access_key is not".into(),
+            ));
+        }
+        if let Some(endpoint) = &self.public_endpoint {
+            let url = url::Url::parse(endpoint).map_err(|e| {
+                ConfigError::Invalid(format!("public_endpoint '{endpoint}' is not a URL: {e}"))
+            })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(ConfigError::Invalid(format!(
+                    "public_endpoint '{endpoint}' must be http or https"
+                )));
+            }
+        }
+        let limits = &self.limits;
+        for (name, value) in [
+            ("limits.max_client_message_size", limits.max_client_message_size),
+            ("limits.max_request_body_size", limits.max_request_body_size),
+            (
+                "limits.max_pending_bytes_per_connection",
+                limits.max_pending_bytes_per_connection,
+            ),
+        ] {
+            if value < 1024 {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be at least 1024 bytes (got {value})"
+                )));
+            }
+        }
+        let t = &self.timeouts;
+        for (name, value) in [
+            ("timeouts.keep_alive_interval", t.keep_alive_interval),
+            ("timeouts.client_timeout", t.client_timeout),
+            ("timeouts.handshake_timeout", t.handshake_timeout),
+            ("timeouts.connect_timeout", t.connect_timeout),
+            ("timeouts.long_poll_timeout", t.long_poll_timeout),
+            ("timeouts.long_poll_inactivity", t.long_poll_inactivity),
+        ] {
+            if value < Duration::from_millis(100) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be at least 100ms (got {value:?})"
+                )));
+            }
+        }
+        if t.keep_alive_interval >= t.client_timeout {
+            return Err(ConfigError::Invalid(
+                "timeouts.keep_alive_interval must be shorter than timeouts.client_timeout".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The URL clients and REST callers use, without trailing slash.
+    pub fn endpoint(&self, bound: SocketAddr) -> String {
+        match &self.public_endpoint {
+            Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
+            None => format!("http://{bound}"),
+        }
+    }
+}
+
+/// Durations in the file are human-readable: `"15s"`, `"500ms"`, `"2m"`.
+mod humantime_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&humantime::format_duration(*value).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!("'{text}' is not a duration like \"15s\": {e}"))
+        })
+    }
+}

@@ -1,0 +1,425 @@
+//! One service node's shared state, and the executor every API calls.
+//!
+//! Mutations and sends are published on the backplane (even on one node), so a cluster
+//! backplane changes where messages go without changing any caller.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use switchyard_auth::AccessKeys;
+use switchyard_backplane::{Backplane, MemoryBackplane, NodeId, Sink};
+use switchyard_core::{
+    Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol, Target,
+    UserId,
+};
+use switchyard_hub_protocol::{encode_invocation, Format};
+use switchyard_router::{GroupMember, Interest, Router};
+
+use crate::client::ClientConnection;
+use crate::config::Config;
+
+/// Counters exposed by the health and metrics endpoints.
+#[derive(Default)]
+pub struct Counters {
+    pub connections_opened: AtomicU64,
+    pub connections_closed: AtomicU64,
+    pub messages_received: AtomicU64,
+    pub frames_delivered: AtomicU64,
+    pub rest_requests: AtomicU64,
+}
+
+pub struct Node {
+    pub(crate) config: Config,
+    pub(crate) keys: AccessKeys,
+    pub(crate) node_id: NodeId,
+    pub(crate) router: Arc<Router>,
+    pub(crate) backplane: Arc<dyn Backplane>,
+    /// Client connections by the value clients put in `id=` (token for negotiate v1,
+    /// connection id for v0 and for connections made without negotiate).
+    clients: RwLock<HashMap<String, Arc<ClientConnection>>>,
+    started: Instant,
+    pub counters: Counters,
+}
+
+/// Subscribes this node to a channel while it has a local member.
+struct BackplaneInterest {
+    backplane: Arc<dyn Backplane>,
+    node_id: NodeId,
+}
+
+impl Interest for BackplaneInterest {
+    fn changed(&self, channel: Channel, interested: bool) {
+        if interested {
+            self.backplane.subscribe(&self.node_id, &channel);
+        } else {
+            self.backplane.unsubscribe(&self.node_id, &channel);
+        }
+    }
+}
+
+/// Applies what the backplane delivers to this node's router.
+struct RouterSink {
+    router: Arc<Router>,
+}
+
+impl Sink for RouterSink {
+    fn receive(&self, message: &Arc<Message>) {
+        self.router.apply(message);
+    }
+}
+
+impl Node {
+    /// A node on the in-memory backplane (a single-node deployment).
+    pub fn new(config: Config) -> Arc<Node> {
+        Node::with_backplane(config, Arc::new(MemoryBackplane::new()), "node-1".into())
+    }
+
+    /// A node on the given backplane; several nodes may share one.
+    pub fn with_backplane(
+        config: Config,
+        backplane: Arc<dyn Backplane>,
+        node_id: NodeId,
+    ) -> Arc<Node> {
+        let keys = AccessKeys::new(
+            config
+                .access_key
+                .clone()
+                .unwrap_or_else(|| switchyard_auth::EMULATOR_ACCESS_KEY.to_string()),
+            config.secondary_access_key.clone(),
+        );
+        let router = Arc::new(Router::new(Arc::new(BackplaneInterest {
+            backplane: backplane.clone(),
+            node_id: node_id.clone(),
+        })));
+        backplane.attach(
+            &node_id,
+            Arc::new(RouterSink {
+                router: router.clone(),
+            }),
+        );
+        Arc::new(Node {
+            config,
+            keys,
+            node_id,
+            router,
+            backplane,
+            clients: RwLock::new(HashMap::new()),
+            started: Instant::now(),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn keys(&self) -> &AccessKeys {
+        &self.keys
+    }
+
+    /// Milliseconds since the node started: the clock of per-connection timers.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub fn client_connection_count(&self) -> usize {
+        self.clients.read().len()
+    }
+
+    // ---- client table ----
+
+    pub(crate) fn insert_client(&self, client: Arc<ClientConnection>) -> bool {
+        let mut clients = self.clients.write();
+        let limit = self.config.limits.max_client_connections;
+        if limit != 0 && clients.len() >= limit {
+            return false;
+        }
+        clients.insert(client.key.clone(), client);
+        self.counters
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    pub(crate) fn client(&self, key: &str) -> Option<Arc<ClientConnection>> {
+        self.clients.read().get(key).cloned()
+    }
+
+    pub(crate) fn at_connection_limit(&self) -> bool {
+        let limit = self.config.limits.max_client_connections;
+        limit != 0 && self.clients.read().len() >= limit
+    }
+
+    /// Removes a client from every index. Safe to call more than once.
+    pub(crate) fn finish(&self, client: &ClientConnection) {
+        if !client.mark_finished() {
+            return;
+        }
+        client.connection.close(CloseReason::ClientClosed);
+        client.hub.remove_connection(client.connection.id());
+        self.clients.write().remove(&client.key);
+        self.counters
+            .connections_closed
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn all_clients(&self) -> Vec<Arc<ClientConnection>> {
+        self.clients.read().values().cloned().collect()
+    }
+
+    /// Every second: timeouts, inactivity, expired tokens, expired user-group memberships.
+    pub(crate) async fn heartbeat(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.check_clients();
+            self.router.sweep(Instant::now());
+        }
+    }
+
+    pub(crate) fn check_clients(&self) {
+        let now_ms = self.now_ms();
+        let now_unix = unix_now();
+        for client in self.all_clients() {
+            if let Some(expired) = client.check_timers(self, now_ms, now_unix) {
+                match expired {
+                    crate::client::Expiry::Close(reason) => client.connection.close(reason),
+                    crate::client::Expiry::Discard => self.finish(&client),
+                }
+            }
+        }
+    }
+
+    /// Closes every client (allow-reconnect) and waits up to `drain` for them to go.
+    pub async fn close_all_clients(&self, drain: Duration) {
+        for client in self.all_clients() {
+            client.connection.close(CloseReason::ServiceShutdown);
+        }
+        let deadline = Instant::now() + drain;
+        while self.client_connection_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // ---- executor: what REST (and later app servers) can ask of the service ----
+
+    fn publish(&self, channels: Vec<Channel>, message: Message) {
+        self.backplane.publish(&channels, Arc::new(message));
+    }
+
+    /// The node that owns a connection. One node today; a cluster will encode it in the id.
+    fn owner_of(&self, _connection: &ConnectionId) -> Channel {
+        Channel::Node(self.node_id.clone())
+    }
+
+    fn channels_for(&self, hub: &HubName, target: &Target) -> Vec<Channel> {
+        let unique = |channels: Vec<Channel>| -> Vec<Channel> {
+            channels
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        match target {
+            Target::All { .. } => vec![Channel::Hub(hub.clone())],
+            Target::Connection(id) => vec![self.owner_of(id)],
+            Target::Connections(ids) => unique(ids.iter().map(|id| self.owner_of(id)).collect()),
+            Target::User(user) => vec![Channel::User(hub.clone(), user.clone())],
+            Target::Users(users) => unique(
+                users
+                    .iter()
+                    .map(|u| Channel::User(hub.clone(), u.clone()))
+                    .collect(),
+            ),
+            Target::Group { group, .. } => vec![Channel::Group(hub.clone(), group.clone())],
+            Target::Groups(groups) => unique(
+                groups
+                    .iter()
+                    .map(|g| Channel::Group(hub.clone(), g.clone()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Encodes a non-blocking invocation once for each service-encoded protocol that the hub's
+    /// connections use.
+    pub fn encode_invocation(
+        &self,
+        hub: &HubName,
+        method: &str,
+        arguments: &[serde_json::Value],
+    ) -> Payloads {
+        let (json, messagepack) = self
+            .router
+            .find_hub(hub)
+            .map_or((false, false), |h| h.protocols_in_use());
+        let mut payloads = Payloads::new();
+        if json {
+            payloads.insert(
+                Protocol::Json,
+                encode_invocation(Format::Json, method, arguments),
+            );
+        }
+        if messagepack {
+            payloads.insert(
+                Protocol::MessagePack,
+                encode_invocation(Format::MessagePack, method, arguments),
+            );
+        }
+        payloads
+    }
+
+    /// Sends pre-encoded payloads to the target.
+    pub fn send(&self, hub: &HubName, target: Target, payloads: Payloads) {
+        if payloads.is_empty() {
+            return;
+        }
+        let channels = self.channels_for(hub, &target);
+        self.publish(
+            channels,
+            Message::Send {
+                hub: hub.clone(),
+                target,
+                payloads,
+            },
+        );
+    }
+
+    /// Sends raw framed bytes per protocol (the msgpack REST body's payloads map).
+    pub fn send_payloads(&self, hub: &HubName, target: Target, payloads: Vec<(String, Bytes)>) {
+        let mut encoded = Payloads::new();
+        for (protocol, bytes) in payloads {
+            encoded.insert(Protocol::from_name(&protocol), bytes);
+        }
+        self.send(hub, target, encoded);
+    }
+
+    /// Adds a connection to a group. Returns false if the connection does not exist.
+    pub fn add_to_group(&self, hub: &HubName, connection: &ConnectionId, group: &GroupName) -> bool {
+        if !self.connection_exists(hub, connection) {
+            return false;
+        }
+        self.publish(
+            vec![self.owner_of(connection)],
+            Message::AddToGroup {
+                hub: hub.clone(),
+                connection: connection.clone(),
+                group: group.clone(),
+            },
+        );
+        true
+    }
+
+    /// Removes a connection from one group, or all (`None`). False if it does not exist.
+    pub fn remove_from_group(
+        &self,
+        hub: &HubName,
+        connection: &ConnectionId,
+        group: Option<&GroupName>,
+    ) -> bool {
+        if !self.connection_exists(hub, connection) {
+            return false;
+        }
+        self.publish(
+            vec![self.owner_of(connection)],
+            Message::RemoveFromGroup {
+                hub: hub.clone(),
+                connection: connection.clone(),
+                group: group.cloned(),
+            },
+        );
+        true
+    }
+
+    pub fn user_join_group(
+        &self,
+        hub: &HubName,
+        user: &UserId,
+        group: &GroupName,
+        ttl: Option<Duration>,
+    ) {
+        self.publish(
+            vec![Channel::All],
+            Message::UserJoinGroup {
+                hub: hub.clone(),
+                user: user.clone(),
+                group: group.clone(),
+                ttl,
+            },
+        );
+    }
+
+    pub fn user_leave_group(&self, hub: &HubName, user: &UserId, group: Option<&GroupName>) {
+        self.publish(
+            vec![Channel::All],
+            Message::UserLeaveGroup {
+                hub: hub.clone(),
+                user: user.clone(),
+                group: group.cloned(),
+            },
+        );
+    }
+
+    /// Closes the target's connections with a Close carrying `reason` and allowReconnect.
+    pub fn close(&self, hub: &HubName, target: Target, reason: Option<String>) {
+        let channels = self.channels_for(hub, &target);
+        self.publish(
+            channels,
+            Message::Close {
+                hub: hub.clone(),
+                target,
+                reason: CloseReason::ClosedByApi(reason),
+            },
+        );
+    }
+
+    pub fn connection_exists(&self, hub: &HubName, connection: &ConnectionId) -> bool {
+        self.router
+            .find_hub(hub)
+            .is_some_and(|h| h.connection_exists(connection))
+    }
+
+    pub fn user_exists(&self, hub: &HubName, user: &UserId) -> bool {
+        self.router
+            .find_hub(hub)
+            .is_some_and(|h| h.user_exists(user))
+    }
+
+    pub fn group_exists(&self, hub: &HubName, group: &GroupName) -> bool {
+        self.router
+            .find_hub(hub)
+            .is_some_and(|h| h.group_exists(group))
+    }
+
+    pub fn user_in_group(&self, hub: &HubName, user: &UserId, group: &GroupName) -> bool {
+        self.router
+            .find_hub(hub)
+            .is_some_and(|h| h.user_in_group(user, group, Instant::now()))
+    }
+
+    /// A page of group members ordered by connection id, after the continuation point.
+    pub fn group_members(
+        &self,
+        hub: &HubName,
+        group: &GroupName,
+        after: Option<&str>,
+        max: usize,
+    ) -> Vec<GroupMember> {
+        self.router
+            .find_hub(hub)
+            .map(|h| h.group_members(group, after, max))
+            .unwrap_or_default()
+    }
+}
+
+pub(crate) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

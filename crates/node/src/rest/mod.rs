@@ -1,0 +1,100 @@
+//! The data-plane REST API: 2022-06-01 (`/api/hubs/…`, plus the 2024-12-01 group listing),
+//! v1 (`/api/v1/hubs/…`) and v1-preview (`/api/v1-preview/hub/…`), as thin adapters over the
+//! [`Node`] executor. The route table is in `routes`, its documentation in
+//! `docs/openapi.json` (served at `GET /api/openapi.json`).
+//!
+//! # Layout
+//! - `routes`: path segments + method → an operation (404 unknown path, 405 other method).
+//! - `ops`: runs an operation on the node; success codes per API version.
+//! - `body`: JSON and MessagePack send bodies, with the body size limit.
+//! - `error`: [`error::RestError`], the one place errors become responses.
+//!
+//! # Rules
+//! - Health (`/api/health`, `/api/v1/health`) and the OpenAPI document need no token; every
+//!   hub route needs `Authorization: Bearer <JWT>` whose `aud` names this request (see
+//!   `switchyard_auth::audience_matches`: with or without query, port ignored).
+//! - `application` (any version) prefixes the hub: `{application}_{hub}`, lower-cased.
+//! - `api-version` is accepted whatever its value, and may be absent.
+//! - `excluded` (repeatable): empty values are skipped, others must be valid connection ids
+//!   (400 otherwise). Closing a user's connections does not apply exclusions yet.
+//! - Send bodies are JSON unless `Content-Type` is `application/x-msgpack`,
+//!   `application/msgpack` or `application/octet-stream` (a payloads map).
+
+mod body;
+mod error;
+mod ops;
+mod routes;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use switchyard_auth::VerifiedToken;
+use switchyard_core::HubName;
+
+use crate::http::{authenticate, Query};
+use crate::node::Node;
+use error::RestError;
+use routes::Operation;
+
+/// This API's OpenAPI 3 description.
+const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
+
+pub(crate) fn routes() -> axum::Router<Arc<Node>> {
+    axum::Router::new().route("/api/{*path}", any(dispatch))
+}
+
+async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
+    node.counters.rest_requests.fetch_add(1, Ordering::Relaxed);
+    match handle(&node, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn handle(node: &Node, request: Request) -> Result<Response, RestError> {
+    let (parts, body) = request.into_parts();
+    let segments = routes::segments(parts.uri.path())?;
+    match routes::resolve(&segments, &parts.method)? {
+        Operation::Health => Ok(StatusCode::OK.into_response()),
+        Operation::OpenApi => Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            OPENAPI,
+        )
+            .into_response()),
+        Operation::Hub { api, hub, op } => {
+            authorize(node, &parts)?;
+            let query = Query::parse(&parts.uri);
+            let hub = HubName::new(&hub, query.get("application"))?;
+            ops::execute(node, api, &hub, op, &parts, &query, body).await
+        }
+    }
+}
+
+/// Checks the `Authorization: Bearer` token (header only) against this request's URL.
+fn authorize(node: &Node, parts: &Parts) -> Result<VerifiedToken, RestError> {
+    let token = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(switchyard_auth::bearer_token)
+        .ok_or_else(|| {
+            RestError::Unauthorized(
+                "an 'Authorization: Bearer <access token>' header is required".into(),
+            )
+        })?;
+    authenticate(
+        node,
+        Some(token),
+        &parts.headers,
+        &parts.uri,
+        parts.uri.path(),
+        parts.uri.query(),
+    )
+    .map_err(|e| RestError::Unauthorized(e.to_string()))
+}

@@ -1,0 +1,133 @@
+//! Test harness: a real node on port 0, tokens, and small waiting helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
+use switchyard_core::HubName;
+use switchyard_node::{Config, Node};
+use tokio::sync::oneshot;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub node: Arc<Node>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(Config::default()).await
+    }
+
+    pub async fn start_with(config: Config) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let node = Node::new(config);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let node = node.clone();
+            async move {
+                switchyard_node::serve(listener, node, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            }
+        });
+        TestServer {
+            addr,
+            node,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn http(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/client/?hub=HUB`
+    pub fn client_url(&self, hub: &str) -> String {
+        format!("http://{}/client/?hub={hub}", self.addr)
+    }
+
+    pub fn ws_url(&self, hub: &str, id: Option<&str>) -> String {
+        match id {
+            Some(id) => format!("ws://{}/client/?hub={hub}&id={id}", self.addr),
+            None => format!("ws://{}/client/?hub={hub}", self.addr),
+        }
+    }
+
+    pub fn token(&self, hub: &str, user: Option<&str>) -> String {
+        let mut builder = TokenBuilder::new(self.client_url(hub));
+        if let Some(user) = user {
+            builder = builder.claim("asrs.s.uid", user);
+        }
+        builder.sign(EMULATOR_ACCESS_KEY, now())
+    }
+
+    pub fn token_with(&self, hub: &str, claims: &[(&str, &str)]) -> String {
+        let mut builder = TokenBuilder::new(self.client_url(hub));
+        for (k, v) in claims {
+            builder = builder.claim(*k, *v);
+        }
+        builder.sign(EMULATOR_ACCESS_KEY, now())
+    }
+
+    /// Sends `target(arguments)` to everyone in the hub through the node's executor.
+    pub fn broadcast(&self, hub: &str, target: &str, arguments: &[serde_json::Value]) {
+        let hub = HubName::new(hub, None).unwrap();
+        let payloads = self.node.encode_invocation(&hub, target, arguments);
+        self.node.send(
+            &hub,
+            switchyard_core::Target::All { excluded: vec![] },
+            payloads,
+        );
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Polls `check` until it holds or `within` passes; panics with `what` otherwise.
+pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check() {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Awaits a future with a bound, panicking with `what` on timeout.
+pub async fn within<T>(what: &str, limit: Duration, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out: {what}"),
+    }
+}

@@ -1,0 +1,244 @@
+//! One client connection as the router sees it, and its outbound queue.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use switchyard_core::{CloseReason, ConnectionId, GroupName, Protocol, UserId};
+use tokio::sync::Notify;
+
+pub struct Connection {
+    id: ConnectionId,
+    user: Option<UserId>,
+    /// Set once the handshake succeeded; only then is the connection in its hub's indices.
+    protocol: OnceLock<Protocol>,
+    outbound: Outbound,
+    /// Groups this connection is in, so removal does not scan every group.
+    /// `None` once the connection left its hub: late joins are refused.
+    pub(crate) groups: Mutex<Option<Vec<GroupName>>>,
+}
+
+impl Connection {
+    pub fn new(id: ConnectionId, user: Option<UserId>, max_pending_bytes: usize) -> Self {
+        Connection {
+            id,
+            user,
+            protocol: OnceLock::new(),
+            outbound: Outbound::new(max_pending_bytes),
+            groups: Mutex::new(Some(Vec::new())),
+        }
+    }
+
+    pub fn id(&self) -> &ConnectionId {
+        &self.id
+    }
+
+    pub fn user(&self) -> Option<&UserId> {
+        self.user.as_ref()
+    }
+
+    /// The hub protocol, once the handshake chose it.
+    pub fn protocol(&self) -> Option<&Protocol> {
+        self.protocol.get()
+    }
+
+    /// Records the handshake's protocol. Returns false if one was already set.
+    pub fn set_protocol(&self, protocol: Protocol) -> bool {
+        self.protocol.set(protocol).is_ok()
+    }
+
+    pub fn outbound(&self) -> &Outbound {
+        &self.outbound
+    }
+
+    pub fn groups(&self) -> Vec<GroupName> {
+        self.groups.lock().clone().unwrap_or_default()
+    }
+
+    /// Asks the connection to end: queued frames are still written, then a Close.
+    pub fn close(&self, reason: CloseReason) {
+        self.outbound.close(reason);
+    }
+}
+
+/// What a writer gets from [`Outbound::next_batch`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Batch {
+    /// Frames were appended to the caller's buffer.
+    Frames,
+    /// Nothing is left to write and the connection must close for this reason.
+    Close(CloseReason),
+}
+
+/// A byte-budgeted queue of framed messages. Publishers push without waiting; a push that
+/// would pass the budget closes the connection as a slow consumer and drops its backlog,
+/// so one slow reader never holds memory or time from anyone else.
+pub struct Outbound {
+    state: Mutex<QueueState>,
+    ready: Notify,
+    max_pending_bytes: usize,
+    dropped_frames: AtomicU64,
+}
+
+#[derive(Default)]
+struct QueueState {
+    frames: VecDeque<Bytes>,
+    pending_bytes: usize,
+    closing: Option<CloseReason>,
+}
+
+impl Outbound {
+    pub fn new(max_pending_bytes: usize) -> Self {
+        Outbound {
+            state: Mutex::new(QueueState::default()),
+            ready: Notify::new(),
+            max_pending_bytes,
+            dropped_frames: AtomicU64::new(0),
+        }
+    }
+
+    /// Queues one frame. Returns false if the connection is closing (the frame is dropped,
+    /// which is only ever the case for a connection that is going away).
+    pub fn push(&self, frame: Bytes) -> bool {
+        let mut state = self.state.lock();
+        if state.closing.is_some() {
+            self.dropped_frames.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let pending = state.pending_bytes + frame.len();
+        // A single frame larger than the budget still goes out on an empty queue: the budget
+        // bounds the backlog, not the message size.
+        if pending > self.max_pending_bytes && !state.frames.is_empty() {
+            let dropped = state.frames.len() as u64 + 1;
+            state.frames.clear();
+            state.pending_bytes = 0;
+            state.closing = Some(CloseReason::SlowConsumer {
+                pending_bytes: pending,
+                budget: self.max_pending_bytes,
+            });
+            drop(state);
+            self.dropped_frames.fetch_add(dropped, Ordering::Relaxed);
+            self.ready.notify_one();
+            return false;
+        }
+        let was_empty = state.frames.is_empty();
+        state.frames.push_back(frame);
+        state.pending_bytes = pending;
+        drop(state);
+        if was_empty {
+            self.ready.notify_one();
+        }
+        true
+    }
+
+    /// Asks the writer to finish: frames already queued are still delivered, then the reason.
+    /// The first reason wins.
+    pub fn close(&self, reason: CloseReason) {
+        let mut state = self.state.lock();
+        if state.closing.is_none() {
+            state.closing = Some(reason);
+        }
+        drop(state);
+        self.ready.notify_one();
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.state.lock().closing.is_some()
+    }
+
+    /// Why the connection is closing, once it is.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.state.lock().closing.clone()
+    }
+
+    pub fn pending_bytes(&self) -> usize {
+        self.state.lock().pending_bytes
+    }
+
+    /// Frames dropped because the connection was closing or cut off as a slow consumer.
+    pub fn dropped_frames(&self) -> u64 {
+        self.dropped_frames.load(Ordering::Relaxed)
+    }
+
+    /// Moves every queued frame into `out` without waiting. Returns the close reason when the
+    /// queue is empty and the connection is closing.
+    pub fn try_drain(&self, out: &mut Vec<Bytes>) -> Option<Batch> {
+        let mut state = self.state.lock();
+        if !state.frames.is_empty() {
+            out.extend(state.frames.drain(..));
+            state.pending_bytes = 0;
+            return Some(Batch::Frames);
+        }
+        state.closing.clone().map(Batch::Close)
+    }
+
+    /// Waits until there is something to write, then moves every queued frame into `out`.
+    pub async fn next_batch(&self, out: &mut Vec<Bytes>) -> Batch {
+        loop {
+            if let Some(batch) = self.try_drain(out) {
+                return batch;
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn drains_in_order_then_closes() {
+        let q = Outbound::new(100);
+        assert!(q.push(Bytes::from_static(b"a")));
+        assert!(q.push(Bytes::from_static(b"b")));
+        q.close(CloseReason::ClosedByApi(None));
+        assert!(!q.push(Bytes::from_static(b"c")));
+        let mut out = Vec::new();
+        assert_eq!(q.next_batch(&mut out).await, Batch::Frames);
+        assert_eq!(out, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        out.clear();
+        assert_eq!(
+            q.next_batch(&mut out).await,
+            Batch::Close(CloseReason::ClosedByApi(None))
+        );
+    }
+
+    #[tokio::test]
+    async fn slow_consumer_is_cut_off() {
+        let q = Outbound::new(10);
+        assert!(q.push(Bytes::from(vec![0; 8])));
+        assert!(!q.push(Bytes::from(vec![0; 8])));
+        let mut out = Vec::new();
+        match q.next_batch(&mut out).await {
+            Batch::Close(CloseReason::SlowConsumer { budget: 10, .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(out.is_empty());
+        assert_eq!(q.dropped_frames(), 2);
+    }
+
+    #[tokio::test]
+    async fn oversize_frame_on_empty_queue_is_allowed() {
+        let q = Outbound::new(10);
+        assert!(q.push(Bytes::from(vec![0; 50])));
+        let mut out = Vec::new();
+        assert_eq!(q.next_batch(&mut out).await, Batch::Frames);
+    }
+
+    #[tokio::test]
+    async fn waiter_is_woken_by_push() {
+        let q = std::sync::Arc::new(Outbound::new(100));
+        let q2 = q.clone();
+        let waiter = tokio::spawn(async move {
+            let mut out = Vec::new();
+            q2.next_batch(&mut out).await;
+            out
+        });
+        tokio::task::yield_now().await;
+        q.push(Bytes::from_static(b"x"));
+        assert_eq!(waiter.await.unwrap(), vec![Bytes::from_static(b"x")]);
+    }
+}

@@ -1,0 +1,552 @@
+//! One hub's indices: connections, users, groups and user-group memberships, each sharded.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_core::{
+    Channel, CloseReason, ConnectionId, GroupName, HubName, Payloads, Protocol, Target, UserId,
+};
+
+use crate::shard::Sharded;
+use crate::{Connection, Interest};
+
+/// A user-group membership without ttl lasts this long (Azure: "up to one year").
+const NO_TTL_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Azure keeps only the latest 100 ttl-less group memberships per user.
+const MAX_TTL_LESS_GROUPS_PER_USER: usize = 100;
+
+type ConnectionMap = HashMap<ConnectionId, Arc<Connection>>;
+
+#[derive(Default)]
+struct UserGroups {
+    /// group -> (expiry, whether the caller gave a ttl, insertion counter)
+    groups: HashMap<GroupName, (Instant, bool, u64)>,
+    next_order: u64,
+}
+
+/// A member of a group, as listed by the group-members API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMember {
+    pub connection: ConnectionId,
+    pub user: Option<UserId>,
+}
+
+pub struct Hub {
+    name: HubName,
+    connections: Sharded<ConnectionMap>,
+    users: Sharded<HashMap<UserId, ConnectionMap>>,
+    groups: Sharded<HashMap<GroupName, ConnectionMap>>,
+    user_groups: Sharded<HashMap<UserId, UserGroups>>,
+    connection_count: AtomicUsize,
+    json_count: AtomicUsize,
+    messagepack_count: AtomicUsize,
+    interest: Arc<dyn Interest>,
+}
+
+impl Hub {
+    pub(crate) fn new(name: HubName, interest: Arc<dyn Interest>) -> Self {
+        Hub {
+            name,
+            connections: Sharded::new(),
+            users: Sharded::new(),
+            groups: Sharded::new(),
+            user_groups: Sharded::new(),
+            connection_count: AtomicUsize::new(0),
+            json_count: AtomicUsize::new(0),
+            messagepack_count: AtomicUsize::new(0),
+            interest,
+        }
+    }
+
+    pub fn name(&self) -> &HubName {
+        &self.name
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.connection_count.load(Ordering::Relaxed)
+    }
+
+    /// Which of the service-encoded protocols have connections, so a sender encodes only those.
+    pub fn protocols_in_use(&self) -> (bool, bool) {
+        (
+            self.json_count.load(Ordering::Relaxed) > 0,
+            self.messagepack_count.load(Ordering::Relaxed) > 0,
+        )
+    }
+
+    fn protocol_counter(&self, protocol: Option<&Protocol>) -> Option<&AtomicUsize> {
+        match protocol? {
+            Protocol::Json => Some(&self.json_count),
+            Protocol::MessagePack => Some(&self.messagepack_count),
+            Protocol::Other(_) => None,
+        }
+    }
+
+    /// Registers a connection whose handshake chose its protocol; it joins the groups its
+    /// user is a member of. Returns false if the id is already taken.
+    pub fn add_connection(&self, connection: Arc<Connection>) -> bool {
+        let id = connection.id().clone();
+        {
+            let mut shard = self.connections.shard(&id).write();
+            if shard.contains_key(&id) {
+                return false;
+            }
+            shard.insert(id.clone(), connection.clone());
+        }
+        if self.connection_count.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.interest
+                .changed(Channel::Hub(self.name.clone()), true);
+        }
+        if let Some(counter) = self.protocol_counter(connection.protocol()) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(user) = connection.user() {
+            let first = {
+                let mut shard = self.users.shard(user).write();
+                let map = shard.entry(user.clone()).or_default();
+                map.insert(id.clone(), connection.clone());
+                map.len() == 1
+            };
+            if first {
+                self.interest
+                    .changed(Channel::User(self.name.clone(), user.clone()), true);
+            }
+            for group in self.user_group_list(user, Instant::now()) {
+                self.join(&connection, &group);
+            }
+        }
+        true
+    }
+
+    /// Removes a connection from every index. Returns it if it was registered.
+    pub fn remove_connection(&self, id: &ConnectionId) -> Option<Arc<Connection>> {
+        let connection = self.connections.shard(id).write().remove(id)?;
+        let groups = connection.groups.lock().take().unwrap_or_default();
+        for group in &groups {
+            self.unindex_group_member(group, id);
+        }
+        if let Some(user) = connection.user() {
+            let last = {
+                let mut shard = self.users.shard(user).write();
+                match shard.get_mut(user) {
+                    Some(map) => {
+                        map.remove(id);
+                        let empty = map.is_empty();
+                        if empty {
+                            shard.remove(user);
+                        }
+                        empty
+                    }
+                    None => false,
+                }
+            };
+            if last {
+                self.interest
+                    .changed(Channel::User(self.name.clone(), user.clone()), false);
+            }
+        }
+        if let Some(counter) = self.protocol_counter(connection.protocol()) {
+            counter.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.connection_count.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.interest
+                .changed(Channel::Hub(self.name.clone()), false);
+        }
+        Some(connection)
+    }
+
+    pub fn connection(&self, id: &ConnectionId) -> Option<Arc<Connection>> {
+        self.connections.shard(id).read().get(id).cloned()
+    }
+
+    pub fn connection_exists(&self, id: &ConnectionId) -> bool {
+        self.connections.shard(id).read().contains_key(id)
+    }
+
+    pub fn user_exists(&self, user: &UserId) -> bool {
+        self.users.shard(user).read().contains_key(user)
+    }
+
+    pub fn group_exists(&self, group: &GroupName) -> bool {
+        self.groups.shard(group).read().contains_key(group)
+    }
+
+    fn user_connections(&self, user: &UserId) -> Vec<Arc<Connection>> {
+        self.users
+            .shard(user)
+            .read()
+            .get(user)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    // ---- groups ----
+
+    /// Adds a connection to a group. Returns false if the connection is not on this node.
+    pub fn add_to_group(&self, id: &ConnectionId, group: &GroupName) -> bool {
+        match self.connection(id) {
+            Some(connection) => self.join(&connection, group),
+            None => false,
+        }
+    }
+
+    fn join(&self, connection: &Arc<Connection>, group: &GroupName) -> bool {
+        let first = {
+            let mut own = connection.groups.lock();
+            let Some(own) = own.as_mut() else {
+                return false; // the connection is leaving
+            };
+            if own.contains(group) {
+                return true;
+            }
+            own.push(group.clone());
+            let mut shard = self.groups.shard(group).write();
+            let members = shard.entry(group.clone()).or_default();
+            members.insert(connection.id().clone(), connection.clone());
+            members.len() == 1
+        };
+        if first {
+            self.interest
+                .changed(Channel::Group(self.name.clone(), group.clone()), true);
+        }
+        true
+    }
+
+    /// Removes a connection from a group. Returns false if the connection is not on this node.
+    pub fn remove_from_group(&self, id: &ConnectionId, group: &GroupName) -> bool {
+        let Some(connection) = self.connection(id) else {
+            return false;
+        };
+        let was_member = {
+            let mut own = connection.groups.lock();
+            match own.as_mut() {
+                Some(own) => {
+                    let before = own.len();
+                    own.retain(|g| g != group);
+                    own.len() != before
+                }
+                None => false,
+            }
+        };
+        if was_member {
+            self.unindex_group_member(group, id);
+        }
+        true
+    }
+
+    pub fn remove_from_all_groups(&self, id: &ConnectionId) {
+        let Some(connection) = self.connection(id) else {
+            return;
+        };
+        let groups = match connection.groups.lock().as_mut() {
+            Some(own) => std::mem::take(own),
+            None => return,
+        };
+        for group in &groups {
+            self.unindex_group_member(group, id);
+        }
+    }
+
+    fn unindex_group_member(&self, group: &GroupName, id: &ConnectionId) {
+        let last = {
+            let mut shard = self.groups.shard(group).write();
+            match shard.get_mut(group) {
+                Some(members) => {
+                    members.remove(id);
+                    let empty = members.is_empty();
+                    if empty {
+                        shard.remove(group);
+                    }
+                    empty
+                }
+                None => false,
+            }
+        };
+        if last {
+            self.interest
+                .changed(Channel::Group(self.name.clone(), group.clone()), false);
+        }
+    }
+
+    /// Members of a group ordered by connection id, starting after `after`, at most `max`.
+    pub fn group_members(
+        &self,
+        group: &GroupName,
+        after: Option<&str>,
+        max: usize,
+    ) -> Vec<GroupMember> {
+        let mut members: Vec<GroupMember> = self
+            .groups
+            .shard(group)
+            .read()
+            .get(group)
+            .map(|m| {
+                m.values()
+                    .filter(|c| after.is_none_or(|a| c.id().as_str() > a))
+                    .map(|c| GroupMember {
+                        connection: c.id().clone(),
+                        user: c.user().cloned(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        members.sort_by(|a, b| a.connection.cmp(&b.connection));
+        members.truncate(max);
+        members
+    }
+
+    // ---- user groups ----
+
+    fn user_group_list(&self, user: &UserId, now: Instant) -> Vec<GroupName> {
+        self.user_groups
+            .shard(user)
+            .read()
+            .get(user)
+            .map(|ug| {
+                ug.groups
+                    .iter()
+                    .filter(|(_, (expiry, _, _))| *expiry > now)
+                    .map(|(g, _)| g.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Adds a user to a group: its current connections join now, later ones on connect,
+    /// until the ttl passes. `ttl = Some(0)` adds only the current connections.
+    pub fn user_join_group(
+        &self,
+        user: &UserId,
+        group: &GroupName,
+        ttl: Option<Duration>,
+        now: Instant,
+    ) {
+        if ttl != Some(Duration::ZERO) {
+            let mut shard = self.user_groups.shard(user).write();
+            let entry = shard.entry(user.clone()).or_default();
+            let order = entry.next_order;
+            entry.next_order += 1;
+            let expiry = now + ttl.unwrap_or(NO_TTL_LIFETIME);
+            entry
+                .groups
+                .insert(group.clone(), (expiry, ttl.is_some(), order));
+            let ttl_less = entry.groups.values().filter(|(_, has_ttl, _)| !has_ttl);
+            if ttl_less.count() > MAX_TTL_LESS_GROUPS_PER_USER {
+                let oldest = entry
+                    .groups
+                    .iter()
+                    .filter(|(_, (_, has_ttl, _))| !has_ttl)
+                    .min_by_key(|(_, (_, _, order))| *order)
+                    .map(|(g, _)| g.clone());
+                if let Some(oldest) = oldest {
+                    entry.groups.remove(&oldest);
+                    drop(shard);
+                    self.leave_user_connections(user, &oldest);
+                }
+            }
+        }
+        for connection in self.user_connections(user) {
+            self.join(&connection, group);
+        }
+    }
+
+    /// Removes a user from one group, or from all groups when `group` is `None`.
+    pub fn user_leave_group(&self, user: &UserId, group: Option<&GroupName>) {
+        let groups: Vec<GroupName> = {
+            let mut shard = self.user_groups.shard(user).write();
+            match group {
+                Some(group) => {
+                    if let Some(entry) = shard.get_mut(user) {
+                        entry.groups.remove(group);
+                        if entry.groups.is_empty() {
+                            shard.remove(user);
+                        }
+                    }
+                    vec![group.clone()]
+                }
+                None => {
+                    let recorded = shard.remove(user).map(|e| e.groups).unwrap_or_default();
+                    drop(shard);
+                    let mut all: HashSet<GroupName> = recorded.into_keys().collect();
+                    for connection in self.user_connections(user) {
+                        all.extend(connection.groups());
+                    }
+                    all.into_iter().collect()
+                }
+            }
+        };
+        for group in &groups {
+            self.leave_user_connections(user, group);
+        }
+    }
+
+    fn leave_user_connections(&self, user: &UserId, group: &GroupName) {
+        for connection in self.user_connections(user) {
+            self.remove_from_group(connection.id(), group);
+        }
+    }
+
+    /// Whether the user is in the group: by a live membership record or by a connection in it.
+    pub fn user_in_group(&self, user: &UserId, group: &GroupName, now: Instant) -> bool {
+        let recorded = self
+            .user_groups
+            .shard(user)
+            .read()
+            .get(user)
+            .and_then(|ug| ug.groups.get(group))
+            .is_some_and(|(expiry, _, _)| *expiry > now);
+        recorded
+            || self
+                .user_connections(user)
+                .iter()
+                .any(|c| c.groups().contains(group))
+    }
+
+    pub(crate) fn expire_user_groups(&self, now: Instant) {
+        let mut expired: Vec<(UserId, GroupName)> = Vec::new();
+        for shard in self.user_groups.iter() {
+            let mut shard = shard.write();
+            shard.retain(|user, entry| {
+                entry.groups.retain(|group, (expiry, _, _)| {
+                    let live = *expiry > now;
+                    if !live {
+                        expired.push((user.clone(), group.clone()));
+                    }
+                    live
+                });
+                !entry.groups.is_empty()
+            });
+        }
+        for (user, group) in expired {
+            self.leave_user_connections(&user, &group);
+        }
+    }
+
+    // ---- delivery ----
+
+    /// Queues the payload matching each target connection's protocol. Returns frames queued.
+    pub fn send(&self, target: &Target, payloads: &Payloads) -> usize {
+        let mut delivered = 0;
+        let mut deliver = |connection: &Arc<Connection>| {
+            let frame = connection.protocol().and_then(|p| payloads.get(p));
+            if let Some(frame) = frame {
+                if connection.outbound().push(frame.clone()) {
+                    delivered += 1;
+                }
+            }
+        };
+        self.for_each_target(target, &mut deliver);
+        delivered
+    }
+
+    /// Closes every connection the target names. Returns how many were asked to close.
+    pub fn close(&self, target: &Target, reason: &CloseReason) -> usize {
+        let mut closed = 0;
+        self.for_each_target(target, &mut |connection| {
+            connection.close(reason.clone());
+            closed += 1;
+        });
+        closed
+    }
+
+    fn for_each_target(&self, target: &Target, visit: &mut dyn FnMut(&Arc<Connection>)) {
+        match target {
+            Target::All { excluded } => {
+                let excluded = Exclusions::new(excluded);
+                for shard in self.connections.iter() {
+                    for connection in shard.read().values() {
+                        if !excluded.contains(connection.id()) {
+                            visit(connection);
+                        }
+                    }
+                }
+            }
+            Target::Connection(id) => {
+                if let Some(connection) = self.connections.shard(id).read().get(id) {
+                    visit(connection);
+                }
+            }
+            Target::Connections(ids) => {
+                let mut seen = HashSet::new();
+                for id in ids {
+                    if seen.insert(id) {
+                        if let Some(connection) = self.connections.shard(id).read().get(id) {
+                            visit(connection);
+                        }
+                    }
+                }
+            }
+            Target::User(user) => self.visit_user(user, visit),
+            Target::Users(users) => {
+                let unique: HashSet<&UserId> = users.iter().collect();
+                for user in unique {
+                    self.visit_user(user, visit);
+                }
+            }
+            Target::Group {
+                group,
+                excluded,
+                excluded_users,
+            } => {
+                let excluded = Exclusions::new(excluded);
+                if let Some(members) = self.groups.shard(group).read().get(group) {
+                    for connection in members.values() {
+                        let user_excluded = connection
+                            .user()
+                            .is_some_and(|u| excluded_users.contains(u));
+                        if !excluded.contains(connection.id()) && !user_excluded {
+                            visit(connection);
+                        }
+                    }
+                }
+            }
+            Target::Groups(groups) => {
+                // A connection in several of the groups receives the message once.
+                let mut seen: HashSet<ConnectionId> = HashSet::new();
+                let unique: HashSet<&GroupName> = groups.iter().collect();
+                for group in unique {
+                    if let Some(members) = self.groups.shard(group).read().get(group) {
+                        for connection in members.values() {
+                            if seen.insert(connection.id().clone()) {
+                                visit(connection);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn visit_user(&self, user: &UserId, visit: &mut dyn FnMut(&Arc<Connection>)) {
+        if let Some(connections) = self.users.shard(user).read().get(user) {
+            for connection in connections.values() {
+                visit(connection);
+            }
+        }
+    }
+}
+
+/// Excluded connection ids: a linear scan for short lists, a set for long ones.
+enum Exclusions<'a> {
+    Few(&'a [ConnectionId]),
+    Many(HashSet<&'a str>),
+}
+
+impl<'a> Exclusions<'a> {
+    fn new(ids: &'a [ConnectionId]) -> Self {
+        if ids.len() <= 8 {
+            Exclusions::Few(ids)
+        } else {
+            Exclusions::Many(ids.iter().map(|id| id.as_str()).collect())
+        }
+    }
+
+    fn contains(&self, id: &ConnectionId) -> bool {
+        match self {
+            Exclusions::Few(ids) => ids.contains(id),
+            Exclusions::Many(set) => set.contains(id.as_str()),
+        }
+    }
+}

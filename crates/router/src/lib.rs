@@ -1,0 +1,151 @@
+//! The routing core: which local connections a message or command reaches. No network code:
+//! payloads arrive already encoded and leave as shared `Bytes` pushed into outbound queues.
+//!
+//! # Layout
+//! - [`Router`]: the hubs of one node, and [`Router::apply`] for messages from the backplane.
+//! - [`Hub`]: sharded indices of connections, users, groups and user-group memberships.
+//! - [`Connection`] and [`Outbound`]: one client's identity and its byte-budgeted queue.
+//! - [`Interest`]: told when the first local member of a channel arrives or the last leaves,
+//!   so the node can subscribe and unsubscribe backplane channels.
+//!
+//! # Lock order
+//! `Router::hubs` → `Connection::groups` → any one index shard. No shard lock is held while
+//! another shard is locked, no lock is held across `.await`, and [`Interest`] is called with
+//! no lock held.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+mod connection;
+mod hub;
+mod shard;
+
+pub use connection::{Batch, Connection, Outbound};
+pub use hub::{GroupMember, Hub};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::RwLock;
+use switchyard_core::{Channel, HubName, Message};
+
+/// Receives first-member / last-member changes of channels on this node.
+pub trait Interest: Send + Sync {
+    fn changed(&self, channel: Channel, interested: bool);
+}
+
+/// An [`Interest`] that ignores every change (tests, single-node tools).
+pub struct NoInterest;
+
+impl Interest for NoInterest {
+    fn changed(&self, _channel: Channel, _interested: bool) {}
+}
+
+/// The hubs of one node.
+pub struct Router {
+    hubs: RwLock<HashMap<HubName, Arc<Hub>>>,
+    interest: Arc<dyn Interest>,
+}
+
+impl Router {
+    pub fn new(interest: Arc<dyn Interest>) -> Self {
+        Router {
+            hubs: RwLock::new(HashMap::new()),
+            interest,
+        }
+    }
+
+    /// The hub, created on first use.
+    pub fn hub(&self, name: &HubName) -> Arc<Hub> {
+        if let Some(hub) = self.hubs.read().get(name) {
+            return hub.clone();
+        }
+        self.hubs
+            .write()
+            .entry(name.clone())
+            .or_insert_with(|| Arc::new(Hub::new(name.clone(), self.interest.clone())))
+            .clone()
+    }
+
+    /// The hub if it exists (lookups must not create hubs for arbitrary names).
+    pub fn find_hub(&self, name: &HubName) -> Option<Arc<Hub>> {
+        self.hubs.read().get(name).cloned()
+    }
+
+    pub fn hubs(&self) -> Vec<Arc<Hub>> {
+        self.hubs.read().values().cloned().collect()
+    }
+
+    /// Applies a message to this node's connections. Returns how many frames were queued.
+    pub fn apply(&self, message: &Message) -> usize {
+        match message {
+            Message::Send {
+                hub,
+                target,
+                payloads,
+            } => self
+                .find_hub(hub)
+                .map_or(0, |hub| hub.send(target, payloads)),
+            Message::AddToGroup {
+                hub,
+                connection,
+                group,
+            } => {
+                if let Some(hub) = self.find_hub(hub) {
+                    hub.add_to_group(connection, group);
+                }
+                0
+            }
+            Message::RemoveFromGroup {
+                hub,
+                connection,
+                group,
+            } => {
+                if let Some(hub) = self.find_hub(hub) {
+                    match group {
+                        Some(group) => {
+                            hub.remove_from_group(connection, group);
+                        }
+                        None => hub.remove_from_all_groups(connection),
+                    }
+                }
+                0
+            }
+            Message::UserJoinGroup {
+                hub,
+                user,
+                group,
+                ttl,
+            } => {
+                // User-group memberships outlive connections, so the hub is created here.
+                self.hub(hub)
+                    .user_join_group(user, group, *ttl, Instant::now());
+                0
+            }
+            Message::UserLeaveGroup { hub, user, group } => {
+                if let Some(hub) = self.find_hub(hub) {
+                    hub.user_leave_group(user, group.as_ref());
+                }
+                0
+            }
+            Message::Close {
+                hub,
+                target,
+                reason,
+            } => self
+                .find_hub(hub)
+                .map_or(0, |hub| hub.close(target, reason)),
+        }
+    }
+
+    /// Expires user-group memberships whose ttl has passed.
+    pub fn sweep(&self, now: Instant) {
+        for hub in self.hubs() {
+            hub.expire_user_groups(now);
+        }
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.hubs.read().values().map(|h| h.connection_count()).sum()
+    }
+}

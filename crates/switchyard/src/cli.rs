@@ -1,0 +1,239 @@
+//! Commands and flags. Other tooling depends on these names: keep them stable.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use switchyard_auth::{client_audience, TokenBuilder};
+use switchyard_node::{Config, Node};
+
+use crate::settings;
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "Self-hosted real-time message service, wire-compatible with Azure SignalR Service")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve(ServeArgs),
+    /// Print a client URL and access token for a hub.
+    Token(TokenArgs),
+}
+
+/// Flags shared by commands that read the service's settings.
+#[derive(Args)]
+struct SettingsArgs {
+    /// TOML config file (also SWITCHYARD_CONFIG).
+    #[arg(long, env = "SWITCHYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8888].
+    #[arg(long)]
+    listen: Option<String>,
+    /// Primary access key (also SWITCHYARD_ACCESS_KEY). Unset: development mode.
+    #[arg(long)]
+    access_key: Option<String>,
+    /// Secondary access key, accepted too (also SWITCHYARD_SECONDARY_ACCESS_KEY).
+    #[arg(long)]
+    secondary_access_key: Option<String>,
+    /// URL clients use to reach the service [default: http://{listen}].
+    #[arg(long)]
+    public_endpoint: Option<String>,
+    /// Any other setting as dotted-key=value, e.g. --set limits.max_client_message_size=65536.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    settings: SettingsArgs,
+}
+
+#[derive(Args)]
+struct TokenArgs {
+    #[command(flatten)]
+    settings: SettingsArgs,
+    /// Hub the token is for.
+    #[arg(long)]
+    hub: String,
+    /// User id (the `asrs.s.uid` and `nameid` claims).
+    #[arg(long)]
+    user: Option<String>,
+    /// Token lifetime, e.g. 1h, 30m [default: 1h].
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// Extra claim as type=value; repeatable.
+    #[arg(long = "claim", value_name = "TYPE=VALUE")]
+    claims: Vec<String>,
+    /// Print {"url":…,"accessToken":…} instead of two lines.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run() -> Result<(), String> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Token(args) => token(args),
+    }
+}
+
+fn load(args: &SettingsArgs) -> Result<Config, String> {
+    let text = match &args.config {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let origin = args
+        .config
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let mut overrides = Vec::new();
+    for (key, value) in [
+        ("listen", &args.listen),
+        ("access_key", &args.access_key),
+        ("secondary_access_key", &args.secondary_access_key),
+        ("public_endpoint", &args.public_endpoint),
+    ] {
+        if let Some(value) = value {
+            overrides.push((key.to_string(), value.clone()));
+        }
+    }
+    for pair in &args.set {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--set expects KEY=VALUE, got '{pair}'"))?;
+        overrides.push((key.trim().to_string(), value.to_string()));
+    }
+    settings::assemble(
+        text.as_deref().map(|t| (t, origin.as_str())),
+        std::env::vars(),
+        &overrides,
+    )
+}
+
+/// `Endpoint=http://127.0.0.1;Port=8888;AccessKey=…;Version=1.0;`
+fn connection_string(endpoint: &str, key: &str) -> String {
+    match url::Url::parse(endpoint) {
+        Ok(url) => {
+            let host = url.host_str().unwrap_or("localhost");
+            let mut text = format!("Endpoint={}://{}", url.scheme(), host);
+            if let Some(port) = url.port() {
+                text.push_str(&format!(";Port={port}"));
+            }
+            format!("{text};AccessKey={key};Version=1.0;")
+        }
+        Err(_) => format!("Endpoint={endpoint};AccessKey={key};Version=1.0;"),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = load(&args.settings)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        let endpoint = config.endpoint(bound);
+        let node: Arc<Node> = Node::new(config.clone());
+        if config.development_mode() {
+            println!(
+                "Development mode: no access key configured, using the Azure SignalR Emulator's \
+                 well-known key; only loopback addresses are allowed. Set --access-key for anything else."
+            );
+        }
+        println!("Listening on {bound}");
+        println!(
+            "ConnectionString: {}",
+            connection_string(&endpoint, node.keys().primary())
+        );
+        tracing::info!(%bound, "switchyard serving");
+        switchyard_node::serve(listener, node, shutdown_signal())
+            .await
+            .map_err(|e| format!("server failed: {e}"))
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutting down: closing clients");
+}
+
+fn token(args: TokenArgs) -> Result<(), String> {
+    let config = load(&args.settings)?;
+    let endpoint = config.endpoint(config.listen);
+    let base = url::Url::parse(&endpoint).map_err(|e| format!("bad endpoint {endpoint}: {e}"))?;
+    let audience = client_audience(&base, &args.hub);
+    let mut builder = TokenBuilder::new(audience.clone()).lifetime(args.ttl);
+    if let Some(user) = &args.user {
+        builder = builder.claim("asrs.s.uid", user.clone()).claim("nameid", user.clone());
+    }
+    for claim in &args.claims {
+        let (kind, value) = claim
+            .split_once('=')
+            .ok_or_else(|| format!("--claim expects TYPE=VALUE, got '{claim}'"))?;
+        builder = builder.claim(kind.to_string(), value.to_string());
+    }
+    let key = config
+        .access_key
+        .clone()
+        .unwrap_or_else(|| switchyard_auth::EMULATOR_ACCESS_KEY.to_string());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs() as i64;
+    let token = builder.sign(&key, now);
+    if args.json {
+        println!("{}", serde_json::json!({"url": audience, "accessToken": token}));
+    } else {
+        println!("{audience}");
+        println!("{token}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_string_shape() {
+        assert_eq!(
+            connection_string("http://127.0.0.1:8888", "KEY"),
+            "Endpoint=http://127.0.0.1;Port=8888;AccessKey=KEY;Version=1.0;"
+        );
+        assert_eq!(
+            connection_string("https://signalr.example.com", "KEY"),
+            "Endpoint=https://signalr.example.com;AccessKey=KEY;Version=1.0;"
+        );
+    }
+}

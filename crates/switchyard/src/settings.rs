@@ -1,0 +1,226 @@
+//! Assembles the node's [`Config`] from defaults, an optional TOML file, `SWITCHYARD_*`
+//! environment variables and flags. Unknown keys and unknown variables are errors.
+
+use std::collections::BTreeMap;
+
+use switchyard_node::Config;
+use toml::{Table, Value};
+
+/// Variables that are not settings but are still ours.
+pub const RESERVED_VARIABLES: &[&str] = &["SWITCHYARD_CONFIG", "SWITCHYARD_LOG"];
+
+/// Settings whose default is "unset", so they do not appear in the serialized defaults.
+const OPTIONAL_STRING_KEYS: &[&str] = &["access_key", "secondary_access_key", "public_endpoint"];
+
+/// Every settable key (dotted path) with its default, for env names and `--set` checks.
+pub fn known_keys() -> BTreeMap<String, Option<Value>> {
+    let mut keys = BTreeMap::new();
+    let defaults = Value::try_from(Config::default()).expect("defaults serialize");
+    fn walk(prefix: &str, value: &Value, keys: &mut BTreeMap<String, Option<Value>>) {
+        match value {
+            Value::Table(table) => {
+                for (k, v) in table {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&path, v, keys);
+                }
+            }
+            other => {
+                keys.insert(prefix.to_string(), Some(other.clone()));
+            }
+        }
+    }
+    walk("", &defaults, &mut keys);
+    for key in OPTIONAL_STRING_KEYS {
+        keys.insert((*key).to_string(), None);
+    }
+    keys
+}
+
+/// `limits.max_client_message_size` -> `SWITCHYARD_LIMITS_MAX_CLIENT_MESSAGE_SIZE`.
+pub fn env_name(key: &str) -> String {
+    format!("SWITCHYARD_{}", key.replace('.', "_").to_ascii_uppercase())
+}
+
+/// Turns text from a variable or flag into the TOML type the key's default has.
+fn typed(key: &str, text: &str, default: Option<&Value>) -> Result<Value, String> {
+    match default {
+        Some(Value::Integer(_)) => text
+            .trim()
+            .parse::<i64>()
+            .map(Value::Integer)
+            .map_err(|_| format!("{key} must be a whole number, got '{text}'")),
+        Some(Value::Boolean(_)) => text
+            .trim()
+            .parse::<bool>()
+            .map(Value::Boolean)
+            .map_err(|_| format!("{key} must be true or false, got '{text}'")),
+        _ => Ok(Value::String(text.to_string())),
+    }
+}
+
+fn set_path(table: &mut Table, key: &str, value: Value) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().expect("non-empty key");
+    let mut current = table;
+    for part in parts {
+        current = current
+            .entry(part.to_string())
+            .or_insert_with(|| Value::Table(Table::new()))
+            .as_table_mut()
+            .expect("settings sections are tables");
+    }
+    current.insert(last.to_string(), value);
+}
+
+/// Builds the config. `file` is the TOML text (if any) and where it came from; `env` the
+/// process environment; `overrides` dotted keys from flags.
+pub fn assemble(
+    file: Option<(&str, &str)>,
+    env: impl IntoIterator<Item = (String, String)>,
+    overrides: &[(String, String)],
+) -> Result<Config, String> {
+    let known = known_keys();
+    let mut table = match file {
+        Some((text, origin)) => text
+            .parse::<Table>()
+            .map_err(|e| format!("config file {origin}: {e}"))?,
+        None => Table::new(),
+    };
+    let by_env: BTreeMap<String, &String> = known.keys().map(|k| (env_name(k), k)).collect();
+    let mut env: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("SWITCHYARD_"))
+        .collect();
+    env.sort();
+    for (name, text) in env {
+        if RESERVED_VARIABLES.contains(&name.as_str()) {
+            continue;
+        }
+        let Some(key) = by_env.get(&name) else {
+            return Err(format!(
+                "unknown environment variable {name}; known variables: {}",
+                known
+                    .keys()
+                    .map(|k| env_name(k))
+                    .chain(RESERVED_VARIABLES.iter().map(|s| s.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        };
+        let value = typed(&name, &text, known[*key].as_ref())?;
+        set_path(&mut table, key, value);
+    }
+    for (key, text) in overrides {
+        let Some(default) = known.get(key) else {
+            return Err(format!(
+                "unknown setting '{key}'; known settings: {}",
+                known.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        };
+        let value = typed(key, text, default.as_ref())?;
+        set_path(&mut table, key, value);
+    }
+    let origin = file.map_or("settings", |(_, origin)| origin);
+    let config: Config = Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| format!("{origin}: {}", e.message()))?;
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_without_anything() {
+        let config = assemble(None, env(&[("PATH", "/bin")]), &[]).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let file = "listen = \"127.0.0.1:9000\"\n[limits]\nmax_client_message_size = 4096\n";
+        let config = assemble(
+            Some((file, "test.toml")),
+            env(&[
+                ("SWITCHYARD_LISTEN", "127.0.0.1:9001"),
+                ("SWITCHYARD_TIMEOUTS_CLIENT_TIMEOUT", "45s"),
+            ]),
+            &[("listen".into(), "127.0.0.1:9002".into())],
+        )
+        .unwrap();
+        assert_eq!(config.listen.port(), 9002);
+        assert_eq!(config.limits.max_client_message_size, 4096);
+        assert_eq!(config.timeouts.client_timeout.as_secs(), 45);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = assemble(Some(("lisen = \"x\"", "a.toml")), env(&[]), &[]).unwrap_err();
+        assert!(err.contains("lisen"), "{err}");
+        let err = assemble(Some(("[limits]\nmax_foo = 1", "a.toml")), env(&[]), &[]).unwrap_err();
+        assert!(err.contains("max_foo"), "{err}");
+        let err = assemble(None, env(&[("SWITCHYARD_LISTN", "x")]), &[]).unwrap_err();
+        assert!(err.contains("SWITCHYARD_LISTN"), "{err}");
+        let err = assemble(None, env(&[]), &[("nope".into(), "1".into())]).unwrap_err();
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let err = assemble(
+            None,
+            env(&[("SWITCHYARD_LIMITS_MAX_CLIENT_MESSAGE_SIZE", "big")]),
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.contains("whole number"), "{err}");
+        let err = assemble(
+            None,
+            env(&[("SWITCHYARD_TIMEOUTS_CLIENT_TIMEOUT", "soon")]),
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn development_mode_refuses_public_address() {
+        let err = assemble(None, env(&[("SWITCHYARD_LISTEN", "0.0.0.0:8888")]), &[]).unwrap_err();
+        assert!(err.contains("development mode"), "{err}");
+        let key = "k".repeat(44);
+        let config = assemble(
+            None,
+            env(&[
+                ("SWITCHYARD_LISTEN", "0.0.0.0:8888"),
+                ("SWITCHYARD_ACCESS_KEY", &key),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert!(!config.development_mode());
+    }
+
+    #[test]
+    fn every_key_has_an_env_name() {
+        let keys = known_keys();
+        assert!(keys.contains_key("limits.max_pending_bytes_per_connection"));
+        assert!(keys.contains_key("timeouts.long_poll_timeout"));
+        assert_eq!(
+            env_name("timeouts.long_poll_timeout"),
+            "SWITCHYARD_TIMEOUTS_LONG_POLL_TIMEOUT"
+        );
+    }
+}

@@ -1,0 +1,198 @@
+'use strict';
+// Helpers around the official @microsoft/signalr client.
+
+const signalR = require('@microsoft/signalr');
+const { MessagePackHubProtocol } = require('@microsoft/signalr-protocol-msgpack');
+
+const TRANSPORTS = ['WebSockets', 'ServerSentEvents', 'LongPolling'];
+const PROTOCOLS = ['json', 'messagepack'];
+
+/** Every transport × protocol pair, with `valid` false for MessagePack over SSE. */
+const MATRIX = TRANSPORTS.flatMap((transport) =>
+  PROTOCOLS.map((protocol) => ({
+    transport,
+    protocol,
+    valid: !(transport === 'ServerSentEvents' && protocol === 'messagepack'),
+    name: `${transport}/${protocol}`,
+  })),
+);
+const VALID = MATRIX.filter((c) => c.valid);
+
+const DEFAULT_WAIT_MS = 5000;
+const ABSENCE_MS = 300;
+
+/** Resolve/reject like `promise`, or reject after `ms` with a message naming `what`. */
+function waitFor(promise, ms = DEFAULT_WAIT_MS, what = 'operation') {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let hubCounter = 0;
+/** A hub name unique within the run: a letter, then letters/digits/underscores. */
+function uniqueHub(prefix = 'hub') {
+  hubCounter += 1;
+  return `${prefix.replace(/[^A-Za-z0-9_]/g, '_')}_${process.pid}_${hubCounter}`;
+}
+
+function clientLogLevel() {
+  const wanted = (process.env.E2E_CLIENT_LOG || 'none').toLowerCase();
+  const map = {
+    trace: signalR.LogLevel.Trace,
+    debug: signalR.LogLevel.Debug,
+    info: signalR.LogLevel.Information,
+    information: signalR.LogLevel.Information,
+    warning: signalR.LogLevel.Warning,
+    error: signalR.LogLevel.Error,
+    none: signalR.LogLevel.None,
+  };
+  return map[wanted] !== undefined ? map[wanted] : signalR.LogLevel.None;
+}
+
+/**
+ * Records every invocation of the registered client methods, in arrival order,
+ * and lets a test await the next one of a given method.
+ */
+class Inbox {
+  constructor(connection, methods) {
+    this.received = []; // {method, args}
+    this.cursor = new Map(); // method -> index of next unread message of that method
+    this.waiters = [];
+    for (const method of methods) {
+      connection.on(method, (...args) => {
+        this.received.push({ method, args });
+        this._wake();
+      });
+    }
+  }
+
+  _wake() {
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** Messages of `method` received so far (arguments arrays). */
+  all(method) {
+    return this.received.filter((m) => m.method === method).map((m) => m.args);
+  }
+
+  /** The next not-yet-consumed arguments array of `method`. */
+  next(method, ms = DEFAULT_WAIT_MS) {
+    const p = new Promise((resolve) => {
+      const check = () => {
+        const seen = this.all(method);
+        const i = this.cursor.get(method) || 0;
+        if (seen.length > i) {
+          this.cursor.set(method, i + 1);
+          this.waiters = this.waiters.filter((w) => w !== check);
+          resolve(seen[i]);
+          return true;
+        }
+        return false;
+      };
+      if (!check()) this.waiters.push(check);
+    });
+    return waitFor(p, ms, `client method '${method}'`);
+  }
+
+  /** Number of `method` messages not yet consumed by next(). */
+  unread(method) {
+    return this.all(method).length - (this.cursor.get(method) || 0);
+  }
+}
+
+/** Connections opened by the tests, stopped by closeAll(). */
+const open = new Set();
+
+/**
+ * Build (and by default start) a HubConnection.
+ * @returns {Promise<{connection, inbox: Inbox, closed: Promise<Error|undefined>, url: string, token: string}>}
+ */
+async function connect(service, {
+  hub,
+  user,
+  claims,
+  transport = 'WebSockets',
+  protocol = 'json',
+  skipNegotiation = false,
+  token,
+  url,
+  methods = ['msg', 'marker', 'args', 'noargs'],
+  start = true,
+} = {}) {
+  if (token === undefined || url === undefined) {
+    const minted = await service.token({ hub, user, claims });
+    if (token === undefined) token = minted.accessToken;
+    if (url === undefined) url = minted.url;
+  }
+  let builder = new signalR.HubConnectionBuilder()
+    .withUrl(url, {
+      transport: signalR.HttpTransportType[transport],
+      skipNegotiation,
+      accessTokenFactory: () => token,
+    })
+    .configureLogging(clientLogLevel());
+  if (protocol === 'messagepack') builder = builder.withHubProtocol(new MessagePackHubProtocol());
+  const connection = builder.build();
+  const inbox = new Inbox(connection, methods);
+  let resolveClosed;
+  const closed = new Promise((r) => {
+    resolveClosed = r;
+  });
+  connection.onclose((error) => resolveClosed(error));
+  open.add(connection);
+  const handle = { connection, inbox, closed, url, token };
+  if (start) await waitFor(connection.start(), 10000, `start() over ${transport}/${protocol}`);
+  return handle;
+}
+
+async function closeAll() {
+  const all = [...open];
+  open.clear();
+  await Promise.all(
+    all.map((c) => waitFor(c.stop(), 5000, 'stop()').catch(() => {})),
+  );
+}
+
+/**
+ * Assert that `inbox` gets no `method` message: waits ABSENCE_MS, then sends a
+ * broadcast marker via `sendMarker(token)` and waits for it; because a
+ * connection's messages arrive in order, anything sent before the marker
+ * would have been seen by then.
+ */
+async function expectNothing(inbox, method, sendMarker) {
+  const before = inbox.all(method).length;
+  await sleep(ABSENCE_MS);
+  if (sendMarker) {
+    const tag = `marker-${Math.random().toString(36).slice(2)}`;
+    await sendMarker(tag);
+    for (;;) {
+      const [got] = await inbox.next('marker');
+      if (got === tag) break;
+    }
+  }
+  const after = inbox.all(method);
+  if (after.length !== before) {
+    throw new Error(`expected no '${method}' message, but got ${JSON.stringify(after.slice(before))}`);
+  }
+}
+
+module.exports = {
+  signalR,
+  MessagePackHubProtocol,
+  TRANSPORTS,
+  PROTOCOLS,
+  MATRIX,
+  VALID,
+  waitFor,
+  sleep,
+  uniqueHub,
+  Inbox,
+  connect,
+  closeAll,
+  expectNothing,
+  ABSENCE_MS,
+};

@@ -1,0 +1,176 @@
+'use strict';
+// Starts and stops one `switchyard serve` process for the test run, and mints
+// client tokens with `switchyard token`.
+
+const { spawn, execFile } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+const readline = require('node:readline');
+
+const E2E_DIR = path.resolve(__dirname, '..');
+const DEFAULT_BIN = path.resolve(E2E_DIR, '../../target/debug/switchyard');
+const EMULATOR_KEY = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGH';
+const START_TIMEOUT_MS = 20000;
+const STOP_GRACE_MS = 5000;
+
+function binaryPath() {
+  const bin = process.env.SWITCHYARD_BIN
+    ? path.resolve(process.env.SWITCHYARD_BIN)
+    : DEFAULT_BIN;
+  if (!fs.existsSync(bin)) {
+    throw new Error(
+      `switchyard binary not found at ${bin}: run \`cargo build -p switchyard\` ` +
+        'in the repository root, or point SWITCHYARD_BIN at a built binary',
+    );
+  }
+  return bin;
+}
+
+/** Parse `Endpoint=…;Port=…;AccessKey=…;Version=1.0;` into a lower-cased-key map. */
+function parseConnectionString(text) {
+  const out = {};
+  for (const part of text.split(';')) {
+    const i = part.indexOf('=');
+    if (i <= 0) continue;
+    out[part.slice(0, i).trim().toLowerCase()] = part.slice(i + 1).trim();
+  }
+  return out;
+}
+
+class Service {
+  constructor(child, bin) {
+    this.child = child;
+    this.bin = bin;
+    this.port = undefined;
+    this.baseUrl = undefined;
+    this.connectionString = undefined;
+    this.accessKey = undefined;
+    this.exited = false;
+    this.exitInfo = undefined;
+    this.logTail = [];
+    this.exitPromise = new Promise((resolve) => {
+      child.on('exit', (code, signal) => {
+        this.exited = true;
+        this.exitInfo = { code, signal };
+        resolve(this.exitInfo);
+      });
+    });
+  }
+
+  /** Last lines the service printed on stderr (its log). */
+  log() {
+    return this.logTail.join('\n');
+  }
+
+  /**
+   * A client URL and token from `switchyard token … --json`.
+   * @param {{hub: string, user?: string, ttl?: string, claims?: Record<string,string>|string[]}} opts
+   */
+  async token({ hub, user, ttl = '1h', claims = [] }) {
+    const args = ['token', '--hub', hub, '--ttl', ttl, '--json', '--public-endpoint', this.baseUrl];
+    if (user !== undefined) args.push('--user', user);
+    const pairs = Array.isArray(claims) ? claims : Object.entries(claims).map(([k, v]) => `${k}=${v}`);
+    for (const pair of pairs) args.push('--claim', pair);
+    const stdout = await new Promise((resolve, reject) => {
+      execFile(
+        this.bin,
+        args,
+        { env: childEnv(), timeout: 10000 },
+        (error, out, err) => {
+          if (error) reject(new Error(`switchyard ${args.join(' ')} failed: ${error.message}\n${err}`));
+          else resolve(out);
+        },
+      );
+    });
+    let parsed;
+    try {
+      parsed = JSON.parse(stdout.trim());
+    } catch (e) {
+      throw new Error(`switchyard token printed something that is not JSON: ${JSON.stringify(stdout)}`);
+    }
+    if (typeof parsed.url !== 'string' || typeof parsed.accessToken !== 'string') {
+      throw new Error(`switchyard token JSON lacks url/accessToken: ${stdout}`);
+    }
+    return parsed;
+  }
+
+  /** SIGTERM, then SIGKILL if it has not exited after 5 s. */
+  async stop() {
+    if (this.exited) return this.exitInfo;
+    this.child.kill('SIGTERM');
+    let timer;
+    const killed = new Promise((resolve) => {
+      timer = setTimeout(() => {
+        if (!this.exited) {
+          this.killedHard = true;
+          this.child.kill('SIGKILL');
+        }
+        resolve();
+      }, STOP_GRACE_MS);
+    });
+    await Promise.race([this.exitPromise, killed]);
+    clearTimeout(timer);
+    return this.exitPromise;
+  }
+}
+
+function childEnv() {
+  const env = { ...process.env, SWITCHYARD_LOG: process.env.SWITCHYARD_LOG || 'warn' };
+  // Development mode: no key configured, so the emulator key is used.
+  delete env.SWITCHYARD_ACCESS_KEY;
+  delete env.SWITCHYARD_SECONDARY_ACCESS_KEY;
+  delete env.SWITCHYARD_CONFIG;
+  return env;
+}
+
+/** Start `switchyard serve --listen 127.0.0.1:0` and wait for its address. */
+async function startService() {
+  const bin = binaryPath();
+  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0'], {
+    env: childEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const service = new Service(child, bin);
+  const logFile = process.env.E2E_SERVICE_LOG ? fs.createWriteStream(process.env.E2E_SERVICE_LOG) : null;
+  readline.createInterface({ input: child.stderr }).on('line', (line) => {
+    service.logTail.push(line);
+    if (service.logTail.length > 200) service.logTail.shift();
+    if (logFile) logFile.write(line + '\n');
+  });
+
+  await new Promise((resolve, reject) => {
+    const stdoutLines = [];
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`switchyard did not print its address within ${START_TIMEOUT_MS} ms; stdout:\n${stdoutLines.join('\n')}\nstderr:\n${service.log()}`));
+    }, START_TIMEOUT_MS);
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`switchyard exited early (code ${code}, signal ${signal}); stdout:\n${stdoutLines.join('\n')}\nstderr:\n${service.log()}`));
+    });
+    readline.createInterface({ input: child.stdout }).on('line', (line) => {
+      stdoutLines.push(line);
+      let m;
+      if ((m = /^Listening on 127\.0\.0\.1:(\d+)\s*$/.exec(line))) {
+        service.port = Number(m[1]);
+        service.baseUrl = `http://127.0.0.1:${service.port}`;
+      } else if ((m = /^ConnectionString: (.+)$/.exec(line))) {
+        service.connectionString = m[1].trim();
+        const parsed = parseConnectionString(service.connectionString);
+        service.connectionStringParts = parsed;
+        service.accessKey = parsed.accesskey;
+      }
+      if (service.port !== undefined && service.connectionString !== undefined) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  return service;
+}
+
+module.exports = { startService, parseConnectionString, EMULATOR_KEY };
