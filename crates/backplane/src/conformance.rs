@@ -79,7 +79,10 @@ pub fn subscribed_nodes_receive_and_others_do_not(backplane: &dyn Backplane) {
     backplane.publish(std::slice::from_ref(&channel), numbered(1));
     assert_eq!(ra.wait_for(1).len(), 1, "subscriber must receive");
     std::thread::sleep(Duration::from_millis(50));
-    assert!(rb.received.lock().is_empty(), "non-subscriber must not receive");
+    assert!(
+        rb.received.lock().is_empty(),
+        "non-subscriber must not receive"
+    );
 }
 
 pub fn one_delivery_per_node_for_many_channels(backplane: &dyn Backplane) {

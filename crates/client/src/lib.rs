@@ -106,7 +106,11 @@ pub struct WsClient {
 impl WsClient {
     /// Connects to `url` (`ws://…/client/?hub=…[&id=…]`), sends the handshake for `format`,
     /// and waits for the response.
-    pub async fn connect(url: &str, token: Option<&str>, format: Format) -> Result<Self, ClientError> {
+    pub async fn connect(
+        url: &str,
+        token: Option<&str>,
+        format: Format,
+    ) -> Result<Self, ClientError> {
         let mut request = url.into_client_request()?;
         if let Some(token) = token {
             request.headers_mut().insert(

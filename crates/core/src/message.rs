@@ -57,10 +57,12 @@ pub enum Message {
         user: UserId,
         group: Option<GroupName>,
     },
-    /// Close every local connection the target names (`Target::All`/`Group` exclusions apply).
+    /// Close every local connection the target names, except `excluded` (and the target's
+    /// own exclusions).
     Close {
         hub: HubName,
         target: Target,
+        excluded: Vec<ConnectionId>,
         reason: CloseReason,
     },
 }

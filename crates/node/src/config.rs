@@ -150,7 +150,10 @@ impl Config {
         }
         let limits = &self.limits;
         for (name, value) in [
-            ("limits.max_client_message_size", limits.max_client_message_size),
+            (
+                "limits.max_client_message_size",
+                limits.max_client_message_size,
+            ),
             ("limits.max_request_body_size", limits.max_request_body_size),
             (
                 "limits.max_pending_bytes_per_connection",

@@ -48,6 +48,28 @@ pub(crate) fn text_error(status: StatusCode, message: impl Into<String>) -> Resp
         .into_response()
 }
 
+/// A plain-text error as a value, so fallible helpers stay small; converts into a response.
+#[derive(Debug)]
+pub(crate) struct TextError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+}
+
+impl TextError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        TextError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for TextError {
+    fn into_response(self) -> Response {
+        text_error(self.status, self.message)
+    }
+}
+
 /// The bearer token from `Authorization`, else from the `access_token` query parameter.
 pub(crate) fn bearer_token<'a>(headers: &'a HeaderMap, query: &'a Query) -> Option<&'a str> {
     let from_header = headers

@@ -300,7 +300,12 @@ impl Node {
     }
 
     /// Adds a connection to a group. Returns false if the connection does not exist.
-    pub fn add_to_group(&self, hub: &HubName, connection: &ConnectionId, group: &GroupName) -> bool {
+    pub fn add_to_group(
+        &self,
+        hub: &HubName,
+        connection: &ConnectionId,
+        group: &GroupName,
+    ) -> bool {
         if !self.connection_exists(hub, connection) {
             return false;
         }
@@ -365,14 +370,22 @@ impl Node {
         );
     }
 
-    /// Closes the target's connections with a Close carrying `reason` and allowReconnect.
-    pub fn close(&self, hub: &HubName, target: Target, reason: Option<String>) {
+    /// Closes the target's connections, except `excluded`, with a Close carrying `reason`
+    /// and allowReconnect.
+    pub fn close(
+        &self,
+        hub: &HubName,
+        target: Target,
+        excluded: Vec<ConnectionId>,
+        reason: Option<String>,
+    ) {
         let channels = self.channels_for(hub, &target);
         self.publish(
             channels,
             Message::Close {
                 hub: hub.clone(),
                 target,
+                excluded,
                 reason: CloseReason::ClosedByApi(reason),
             },
         );

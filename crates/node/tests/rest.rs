@@ -1162,14 +1162,22 @@ async fn closing_connections() {
     );
     assert_eq!(expect_close(&mut c2).await["error"], "v1");
 
-    // A user's connections: 204.
+    // A user's connections minus the excluded one: 204.
     let mut u = server.client("chat", Some("carl")).await;
-    let path = "/api/hubs/chat/users/carl/:closeConnections?reason=user";
+    let mut kept = server.client("chat", Some("carl")).await;
+    let path = format!(
+        "/api/hubs/chat/users/carl/:closeConnections?reason=user&excluded={}",
+        kept.id
+    );
     assert_eq!(
-        server.status(Method::POST, path).await,
+        server.status(Method::POST, &path).await,
         StatusCode::NO_CONTENT
     );
     assert_eq!(expect_close(&mut u).await["error"], "user");
+    server
+        .send_json("/api/hubs/chat/users/carl/:send", json!({"target": "kept"}))
+        .await;
+    kept.expect_invocation("kept", json!([])).await;
 
     // A group's connections, minus the excluded one: 204.
     let mut g1 = server.client("chat", None).await;

@@ -11,18 +11,35 @@ use switchyard_hub_protocol::{Format, HubMessage};
 
 const WAIT: Duration = Duration::from_secs(5);
 
-async fn connect(server: &TestServer, hub: &str, user: Option<&str>, format: Format) -> (WsClient, String) {
+async fn connect(
+    server: &TestServer,
+    hub: &str,
+    user: Option<&str>,
+    format: Format,
+) -> (WsClient, String) {
     let token = server.token(hub, user);
     let negotiated = negotiate(&server.client_url(hub), &token, 1).await.unwrap();
-    let client = WsClient::connect(&server.ws_url(hub, Some(&negotiated.id_value)), Some(&token), format)
-        .await
-        .unwrap();
+    let client = WsClient::connect(
+        &server.ws_url(hub, Some(&negotiated.id_value)),
+        Some(&token),
+        format,
+    )
+    .await
+    .unwrap();
     (client, negotiated.connection_id)
 }
 
 async fn expect_invocation(client: &mut WsClient, target: &str) -> Vec<serde_json::Value> {
-    match within("invocation", WAIT, client.next_non_ping()).await.unwrap() {
-        HubMessage::Invocation { target: t, arguments, invocation_id, .. } => {
+    match within("invocation", WAIT, client.next_non_ping())
+        .await
+        .unwrap()
+    {
+        HubMessage::Invocation {
+            target: t,
+            arguments,
+            invocation_id,
+            ..
+        } => {
             assert_eq!(t, target);
             assert_eq!(invocation_id, None);
             arguments
@@ -36,11 +53,25 @@ async fn json_and_messagepack_clients_receive_one_broadcast() {
     let server = TestServer::start().await;
     let (mut json_client, _) = connect(&server, "chat", None, Format::Json).await;
     let (mut msgpack_client, _) = connect(&server, "chat", None, Format::MessagePack).await;
-    eventually("both registered", WAIT, || server.node.client_connection_count() == 2).await;
-    let args = [json!("hello"), json!(42), json!({"a": [1, 2.5, null]}), json!(true)];
+    eventually("both registered", WAIT, || {
+        server.node.client_connection_count() == 2
+    })
+    .await;
+    let args = [
+        json!("hello"),
+        json!(42),
+        json!({"a": [1, 2.5, null]}),
+        json!(true),
+    ];
     server.broadcast("chat", "newMessage", &args);
-    assert_eq!(expect_invocation(&mut json_client, "newMessage").await, args);
-    assert_eq!(expect_invocation(&mut msgpack_client, "newMessage").await, args);
+    assert_eq!(
+        expect_invocation(&mut json_client, "newMessage").await,
+        args
+    );
+    assert_eq!(
+        expect_invocation(&mut msgpack_client, "newMessage").await,
+        args
+    );
     server.stop().await;
 }
 
@@ -48,13 +79,19 @@ async fn json_and_messagepack_clients_receive_one_broadcast() {
 async fn negotiate_version_zero_uses_the_connection_id() {
     let server = TestServer::start().await;
     let token = server.token("chat", None);
-    let negotiated = negotiate(&server.client_url("chat"), &token, 0).await.unwrap();
+    let negotiated = negotiate(&server.client_url("chat"), &token, 0)
+        .await
+        .unwrap();
     assert_eq!(negotiated.version, 0);
     assert!(negotiated.raw.get("connectionToken").is_none());
     assert_eq!(negotiated.id_value, negotiated.connection_id);
-    let mut client = WsClient::connect(&server.ws_url("chat", Some(&negotiated.id_value)), Some(&token), Format::Json)
-        .await
-        .unwrap();
+    let mut client = WsClient::connect(
+        &server.ws_url("chat", Some(&negotiated.id_value)),
+        Some(&token),
+        Format::Json,
+    )
+    .await
+    .unwrap();
     server.broadcast("chat", "m", &[]);
     expect_invocation(&mut client, "m").await;
 }
@@ -63,12 +100,18 @@ async fn negotiate_version_zero_uses_the_connection_id() {
 async fn version_one_connection_id_is_not_accepted_as_id() {
     let server = TestServer::start().await;
     let token = server.token("chat", None);
-    let negotiated = negotiate(&server.client_url("chat"), &token, 1).await.unwrap();
-    assert_ne!(negotiated.id_value, negotiated.connection_id);
-    let err = WsClient::connect(&server.ws_url("chat", Some(&negotiated.connection_id)), Some(&token), Format::Json)
+    let negotiated = negotiate(&server.client_url("chat"), &token, 1)
         .await
-        .err()
-        .expect("connection id is not the token");
+        .unwrap();
+    assert_ne!(negotiated.id_value, negotiated.connection_id);
+    let err = WsClient::connect(
+        &server.ws_url("chat", Some(&negotiated.connection_id)),
+        Some(&token),
+        Format::Json,
+    )
+    .await
+    .err()
+    .expect("connection id is not the token");
     assert!(err.to_string().contains("404"), "{err}");
 }
 
@@ -76,13 +119,23 @@ async fn version_one_connection_id_is_not_accepted_as_id() {
 async fn id_less_websocket_with_bearer_token_works() {
     let server = TestServer::start().await;
     let token = server.token("chat", Some("alice"));
-    let mut client = WsClient::connect(&server.ws_url("chat", None), Some(&token), Format::Json).await.unwrap();
+    let mut client = WsClient::connect(&server.ws_url("chat", None), Some(&token), Format::Json)
+        .await
+        .unwrap();
     let user = switchyard_core::UserId::new("alice").unwrap();
     let hub = switchyard_core::HubName::new("chat", None).unwrap();
-    eventually("user registered", WAIT, || server.node.user_exists(&hub, &user)).await;
+    eventually("user registered", WAIT, || {
+        server.node.user_exists(&hub, &user)
+    })
+    .await;
     let payloads = server.node.encode_invocation(&hub, "direct", &[json!(1)]);
-    server.node.send(&hub, switchyard_core::Target::User(user), payloads);
-    assert_eq!(expect_invocation(&mut client, "direct").await, vec![json!(1)]);
+    server
+        .node
+        .send(&hub, switchyard_core::Target::User(user), payloads);
+    assert_eq!(
+        expect_invocation(&mut client, "direct").await,
+        vec![json!(1)]
+    );
 }
 
 #[tokio::test]
@@ -91,7 +144,10 @@ async fn token_in_access_token_query_is_accepted() {
     let token = server.token("chat", None);
     let url = format!("{}&access_token={token}", server.ws_url("chat", None));
     let mut client = WsClient::connect(&url, None, Format::Json).await.unwrap();
-    eventually("registered", WAIT, || server.node.client_connection_count() == 1).await;
+    eventually("registered", WAIT, || {
+        server.node.client_connection_count() == 1
+    })
+    .await;
     server.broadcast("chat", "m", &[]);
     expect_invocation(&mut client, "m").await;
 }
@@ -100,10 +156,17 @@ async fn token_in_access_token_query_is_accepted() {
 async fn second_websocket_for_the_same_id_is_refused() {
     let server = TestServer::start().await;
     let token = server.token("chat", None);
-    let negotiated = negotiate(&server.client_url("chat"), &token, 1).await.unwrap();
+    let negotiated = negotiate(&server.client_url("chat"), &token, 1)
+        .await
+        .unwrap();
     let url = server.ws_url("chat", Some(&negotiated.id_value));
-    let _first = WsClient::connect(&url, Some(&token), Format::Json).await.unwrap();
-    let err = WsClient::connect(&url, Some(&token), Format::Json).await.err().unwrap();
+    let _first = WsClient::connect(&url, Some(&token), Format::Json)
+        .await
+        .unwrap();
+    let err = WsClient::connect(&url, Some(&token), Format::Json)
+        .await
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("409"), "{err}");
 }
 
@@ -112,10 +175,22 @@ async fn handshake_errors_are_answered_and_close_only_that_connection() {
     let server = TestServer::start().await;
     let (mut bystander, _) = connect(&server, "chat", None, Format::Json).await;
     for (request, expected) in [
-        (&b"{\"protocol\":\"xml\",\"version\":1}\x1e"[..], "The protocol 'xml' is not supported."),
-        (b"{\"protocol\":\"json\",\"version\":3}\x1e", "The server does not support version 3 of the 'json' protocol."),
-        (b"{\"protocol\":\"json\"}\x1e", "An unexpected error occurred during connection handshake."),
-        (b"not json\x1e", "An unexpected error occurred during connection handshake."),
+        (
+            &b"{\"protocol\":\"xml\",\"version\":1}\x1e"[..],
+            "The protocol 'xml' is not supported.",
+        ),
+        (
+            b"{\"protocol\":\"json\",\"version\":3}\x1e",
+            "The server does not support version 3 of the 'json' protocol.",
+        ),
+        (
+            b"{\"protocol\":\"json\"}\x1e",
+            "An unexpected error occurred during connection handshake.",
+        ),
+        (
+            b"not json\x1e",
+            "An unexpected error occurred during connection handshake.",
+        ),
     ] {
         let token = server.token("chat", None);
         let (mut socket, _) = tokio_tungstenite::connect_async(
@@ -128,17 +203,28 @@ async fn handshake_errors_are_answered_and_close_only_that_connection() {
         .unwrap();
         use futures_util::{SinkExt, StreamExt};
         socket
-            .send(tokio_tungstenite::tungstenite::Message::Text(String::from_utf8_lossy(request).into_owned().into()))
+            .send(tokio_tungstenite::tungstenite::Message::Text(
+                String::from_utf8_lossy(request).into_owned().into(),
+            ))
             .await
             .unwrap();
-        let reply = within("handshake reply", WAIT, socket.next()).await.unwrap().unwrap();
+        let reply = within("handshake reply", WAIT, socket.next())
+            .await
+            .unwrap()
+            .unwrap();
         let text = reply.into_text().unwrap();
         assert!(text.starts_with("{\"error\":\""), "{text}");
         assert!(text.contains(expected), "{text} should contain {expected}");
         assert!(text.ends_with('\u{1e}'));
         // Then the socket closes.
         let next = within("close", WAIT, socket.next()).await;
-        assert!(matches!(next, None | Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | Some(Err(_))), "{next:?}");
+        assert!(
+            matches!(
+                next,
+                None | Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | Some(Err(_))
+            ),
+            "{next:?}"
+        );
     }
     server.broadcast("chat", "still", &[]);
     expect_invocation(&mut bystander, "still").await;
@@ -149,17 +235,29 @@ async fn client_invocation_closes_the_sender_but_not_others() {
     let server = TestServer::start().await;
     let (mut sender, _) = connect(&server, "chat", None, Format::Json).await;
     let (mut bystander, _) = connect(&server, "chat", None, Format::MessagePack).await;
-    sender.send_raw(b"{\"type\":1,\"target\":\"send\",\"arguments\":[]}\x1e").await.unwrap();
+    sender
+        .send_raw(b"{\"type\":1,\"target\":\"send\",\"arguments\":[]}\x1e")
+        .await
+        .unwrap();
     match within("close", WAIT, sender.next_non_ping()).await.unwrap() {
-        HubMessage::Close { error: Some(error), allow_reconnect } => {
+        HubMessage::Close {
+            error: Some(error),
+            allow_reconnect,
+        } => {
             assert!(error.contains("not supported"), "{error}");
             assert!(!allow_reconnect);
         }
         other => panic!("expected Close, got {other:?}"),
     }
-    eventually("sender removed", WAIT, || server.node.client_connection_count() == 1).await;
+    eventually("sender removed", WAIT, || {
+        server.node.client_connection_count() == 1
+    })
+    .await;
     server.broadcast("chat", "m", &[json!("x")]);
-    assert_eq!(expect_invocation(&mut bystander, "m").await, vec![json!("x")]);
+    assert_eq!(
+        expect_invocation(&mut bystander, "m").await,
+        vec![json!("x")]
+    );
 }
 
 #[tokio::test]
@@ -168,10 +266,16 @@ async fn client_close_message_is_answered_with_close() {
     let (mut client, _) = connect(&server, "chat", None, Format::Json).await;
     client.send_raw(b"{\"type\":7}\x1e").await.unwrap();
     match within("close", WAIT, client.next_non_ping()).await.unwrap() {
-        HubMessage::Close { error: None, allow_reconnect: false } => {}
+        HubMessage::Close {
+            error: None,
+            allow_reconnect: false,
+        } => {}
         other => panic!("expected empty Close, got {other:?}"),
     }
-    eventually("removed", WAIT, || server.node.client_connection_count() == 0).await;
+    eventually("removed", WAIT, || {
+        server.node.client_connection_count() == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -183,13 +287,20 @@ async fn malformed_and_oversize_messages_close_only_the_offender() {
 
     let (mut bad_json, _) = connect(&server, "chat", None, Format::Json).await;
     bad_json.send_raw(b"{\"type\":\x1e").await.unwrap();
-    assert!(matches!(within("close", WAIT, bad_json.next_non_ping()).await.unwrap(), HubMessage::Close { error: Some(_), .. }));
+    assert!(matches!(
+        within("close", WAIT, bad_json.next_non_ping())
+            .await
+            .unwrap(),
+        HubMessage::Close { error: Some(_), .. }
+    ));
 
     let (mut huge, _) = connect(&server, "chat", None, Format::Json).await;
     let big = format!("{{\"type\":6,\"pad\":\"{}\"}}\x1e", "x".repeat(5000));
     huge.send_raw(big.as_bytes()).await.unwrap();
     match within("close", WAIT, huge.next_non_ping()).await {
-        Ok(HubMessage::Close { error: Some(error), .. }) => assert!(
+        Ok(HubMessage::Close {
+            error: Some(error), ..
+        }) => assert!(
             error.contains("maximum message size") || error.contains("Message too long"),
             "{error}"
         ),
@@ -198,10 +309,21 @@ async fn malformed_and_oversize_messages_close_only_the_offender() {
     }
 
     let (mut bad_varint, _) = connect(&server, "chat", None, Format::MessagePack).await;
-    bad_varint.send_raw(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]).await.unwrap();
-    assert!(matches!(within("close", WAIT, bad_varint.next_non_ping()).await.unwrap(), HubMessage::Close { error: Some(_), .. }));
+    bad_varint
+        .send_raw(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01])
+        .await
+        .unwrap();
+    assert!(matches!(
+        within("close", WAIT, bad_varint.next_non_ping())
+            .await
+            .unwrap(),
+        HubMessage::Close { error: Some(_), .. }
+    ));
 
-    eventually("offenders removed", WAIT, || server.node.client_connection_count() == 1).await;
+    eventually("offenders removed", WAIT, || {
+        server.node.client_connection_count() == 1
+    })
+    .await;
     server.broadcast("chat", "m", &[]);
     expect_invocation(&mut bystander, "m").await;
 }
@@ -213,11 +335,20 @@ async fn keep_alive_pings_and_client_timeout() {
     config.timeouts.client_timeout = Duration::from_millis(1500);
     let server = TestServer::start_with(config).await;
     let (mut client, _) = connect(&server, "chat", None, Format::Json).await;
-    assert!(matches!(within("ping", WAIT, client.next()).await.unwrap(), HubMessage::Ping));
+    assert!(matches!(
+        within("ping", WAIT, client.next()).await.unwrap(),
+        HubMessage::Ping
+    ));
     // A client that pings once arms the timeout; then silence closes it.
     client.send_raw(b"{\"type\":6}\x1e").await.unwrap();
-    match within("timeout close", WAIT, client.next_non_ping()).await.unwrap() {
-        HubMessage::Close { error: Some(error), allow_reconnect: true } => assert!(error.contains("timeout"), "{error}"),
+    match within("timeout close", WAIT, client.next_non_ping())
+        .await
+        .unwrap()
+    {
+        HubMessage::Close {
+            error: Some(error),
+            allow_reconnect: true,
+        } => assert!(error.contains("timeout"), "{error}"),
         other => panic!("expected Close, got {other:?}"),
     }
 }
@@ -235,10 +366,19 @@ async fn handshake_timeout_closes_the_socket() {
     let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     use futures_util::StreamExt;
     let next = within("closed", WAIT, socket.next()).await;
-    assert!(matches!(next, None | Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | Some(Err(_))), "{next:?}");
+    assert!(
+        matches!(
+            next,
+            None | Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | Some(Err(_))
+        ),
+        "{next:?}"
+    );
     // Keep reading so the client answers the close frame.
     while let Some(Ok(_)) = within("socket ends", WAIT, socket.next()).await {}
-    eventually("removed", WAIT, || server.node.client_connection_count() == 0).await;
+    eventually("removed", WAIT, || {
+        server.node.client_connection_count() == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -248,7 +388,10 @@ async fn slow_consumer_is_closed_and_others_get_everything() {
     let server = TestServer::start_with(config).await;
     let (mut reader, _) = connect(&server, "chat", None, Format::Json).await;
     let (stalled, _) = connect(&server, "chat", None, Format::Json).await; // never reads
-    eventually("both registered", WAIT, || server.node.client_connection_count() == 2).await;
+    eventually("both registered", WAIT, || {
+        server.node.client_connection_count() == 2
+    })
+    .await;
     let padding = "y".repeat(32 * 1024);
     let total = 500;
     let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -274,8 +417,13 @@ async fn slow_consumer_is_closed_and_others_get_everything() {
             .await;
         }
     }
-    let _reader = within("reader got all", Duration::from_secs(30), reading).await.unwrap();
-    eventually("stalled client cut off", WAIT, || server.node.client_connection_count() == 1).await;
+    let _reader = within("reader got all", Duration::from_secs(30), reading)
+        .await
+        .unwrap();
+    eventually("stalled client cut off", WAIT, || {
+        server.node.client_connection_count() == 1
+    })
+    .await;
     drop(stalled);
 }
 
@@ -285,7 +433,9 @@ async fn connection_limit_answers_429() {
     config.limits.max_client_connections = 1;
     let server = TestServer::start_with(config).await;
     let token = server.token("chat", None);
-    negotiate(&server.client_url("chat"), &token, 1).await.unwrap();
+    negotiate(&server.client_url("chat"), &token, 1)
+        .await
+        .unwrap();
     match negotiate(&server.client_url("chat"), &token, 1).await {
         Err(ClientError::Negotiate { status: 429, .. }) => {}
         other => panic!("expected 429, got {other:?}"),
@@ -296,10 +446,16 @@ async fn connection_limit_answers_429() {
 async fn shutdown_sends_reconnectable_close() {
     let server = TestServer::start().await;
     let (mut client, _) = connect(&server, "chat", None, Format::Json).await;
-    eventually("registered", WAIT, || server.node.client_connection_count() == 1).await;
+    eventually("registered", WAIT, || {
+        server.node.client_connection_count() == 1
+    })
+    .await;
     let stopping = tokio::spawn(server.stop());
     match within("close", WAIT, client.next_non_ping()).await.unwrap() {
-        HubMessage::Close { allow_reconnect: true, .. } => {}
+        HubMessage::Close {
+            allow_reconnect: true,
+            ..
+        } => {}
         other => panic!("expected Close, got {other:?}"),
     }
     stopping.await.unwrap();

@@ -198,7 +198,10 @@ mod tests {
         assert!(!q.push(Bytes::from_static(b"c")));
         let mut out = Vec::new();
         assert_eq!(q.next_batch(&mut out).await, Batch::Frames);
-        assert_eq!(out, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        assert_eq!(
+            out,
+            vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]
+        );
         out.clear();
         assert_eq!(
             q.next_batch(&mut out).await,

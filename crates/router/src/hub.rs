@@ -96,8 +96,7 @@ impl Hub {
             shard.insert(id.clone(), connection.clone());
         }
         if self.connection_count.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.interest
-                .changed(Channel::Hub(self.name.clone()), true);
+            self.interest.changed(Channel::Hub(self.name.clone()), true);
         }
         if let Some(counter) = self.protocol_counter(connection.protocol()) {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -441,12 +440,16 @@ impl Hub {
         delivered
     }
 
-    /// Closes every connection the target names. Returns how many were asked to close.
-    pub fn close(&self, target: &Target, reason: &CloseReason) -> usize {
+    /// Closes every connection the target names except `excluded`. Returns how many were
+    /// asked to close.
+    pub fn close(&self, target: &Target, excluded: &[ConnectionId], reason: &CloseReason) -> usize {
+        let excluded = Exclusions::new(excluded);
         let mut closed = 0;
         self.for_each_target(target, &mut |connection| {
-            connection.close(reason.clone());
-            closed += 1;
+            if !excluded.contains(connection.id()) {
+                connection.close(reason.clone());
+                closed += 1;
+            }
         });
         closed
     }

@@ -131,10 +131,11 @@ impl Router {
             Message::Close {
                 hub,
                 target,
+                excluded,
                 reason,
             } => self
                 .find_hub(hub)
-                .map_or(0, |hub| hub.close(target, reason)),
+                .map_or(0, |hub| hub.close(target, excluded, reason)),
         }
     }
 
@@ -146,6 +147,10 @@ impl Router {
     }
 
     pub fn connection_count(&self) -> usize {
-        self.hubs.read().values().map(|h| h.connection_count()).sum()
+        self.hubs
+            .read()
+            .values()
+            .map(|h| h.connection_count())
+            .sum()
     }
 }

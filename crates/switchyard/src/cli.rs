@@ -11,7 +11,11 @@ use switchyard_node::{Config, Node};
 use crate::settings;
 
 #[derive(Parser)]
-#[command(name = "switchyard", version, about = "Self-hosted real-time message service, wire-compatible with Azure SignalR Service")]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Self-hosted real-time message service, wire-compatible with Azure SignalR Service"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -195,7 +199,9 @@ fn token(args: TokenArgs) -> Result<(), String> {
     let audience = client_audience(&base, &args.hub);
     let mut builder = TokenBuilder::new(audience.clone()).lifetime(args.ttl);
     if let Some(user) = &args.user {
-        builder = builder.claim("asrs.s.uid", user.clone()).claim("nameid", user.clone());
+        builder = builder
+            .claim("asrs.s.uid", user.clone())
+            .claim("nameid", user.clone());
     }
     for claim in &args.claims {
         let (kind, value) = claim
@@ -213,7 +219,10 @@ fn token(args: TokenArgs) -> Result<(), String> {
         .as_secs() as i64;
     let token = builder.sign(&key, now);
     if args.json {
-        println!("{}", serde_json::json!({"url": audience, "accessToken": token}));
+        println!(
+            "{}",
+            serde_json::json!({"url": audience, "accessToken": token})
+        );
     } else {
         println!("{audience}");
         println!("{token}");

@@ -10,7 +10,7 @@ module.exports = (env) => {
     after(closeAll);
 
     for (const combo of VALID) {
-      it(`${combo.name}: onclose fires with an error mentioning the reason; others stay connected`, async () => {
+      it(`${combo.name}: onclose fires with an error mentioning the reason; others stay connected`, async (t) => {
         const hub = uniqueHub('close');
         const victim = await connect(env.service, { hub, ...combo });
         const other = await connect(env.service, { hub, ...combo });
@@ -22,6 +22,7 @@ module.exports = (env) => {
 
         const error = await waitFor(victim.closed, 5000, 'onclose after REST close');
         assert.ok(error instanceof Error, `onclose got an Error (got ${error})`);
+        t.diagnostic(`onclose error: ${error.message}`);
         assert.match(error.message, /bye/);
         assert.equal(victim.connection.state, signalR.HubConnectionState.Disconnected);
 

@@ -17,9 +17,7 @@ module.exports = (env) => {
         let alice2;
         let bob;
         const marker = (tag) => env.rest.broadcast(hub, 'marker', [tag]);
-        const quiet = async (...handles) => {
-          for (const h of handles) await expectNothing(h.inbox, 'msg', marker);
-        };
+        const quiet = (...handles) => expectNothing(handles.map((h) => h.inbox), 'msg', marker);
 
         before(async () => {
           alice1 = await connect(env.service, { hub, user: 'alice', ...combo });

@@ -158,25 +158,33 @@ async function closeAll() {
 }
 
 /**
- * Assert that `inbox` gets no `method` message: waits ABSENCE_MS, then sends a
- * broadcast marker via `sendMarker(token)` and waits for it; because a
- * connection's messages arrive in order, anything sent before the marker
- * would have been seen by then.
+ * Assert that none of `inboxes` has an unread `method` message (one not taken
+ * by next()), including any still in flight: waits ABSENCE_MS, then sends one
+ * broadcast marker via `sendMarker(tag)` and waits until every inbox has it;
+ * because a connection's messages arrive in order, anything sent to it before
+ * the marker has been seen by then.
  */
-async function expectNothing(inbox, method, sendMarker) {
-  const before = inbox.all(method).length;
+async function expectNothing(inboxes, method, sendMarker) {
+  const list = Array.isArray(inboxes) ? inboxes : [inboxes];
   await sleep(ABSENCE_MS);
   if (sendMarker) {
     const tag = `marker-${Math.random().toString(36).slice(2)}`;
     await sendMarker(tag);
-    for (;;) {
-      const [got] = await inbox.next('marker');
-      if (got === tag) break;
-    }
+    await Promise.all(
+      list.map(async (inbox) => {
+        for (;;) {
+          const [got] = await inbox.next('marker');
+          if (got === tag) break;
+        }
+      }),
+    );
   }
-  const after = inbox.all(method);
-  if (after.length !== before) {
-    throw new Error(`expected no '${method}' message, but got ${JSON.stringify(after.slice(before))}`);
+  for (const inbox of list) {
+    const unread = inbox.unread(method);
+    if (unread !== 0) {
+      const all = inbox.all(method);
+      throw new Error(`expected no '${method}' message, but got ${JSON.stringify(all.slice(all.length - unread))}`);
+    }
   }
 }
 

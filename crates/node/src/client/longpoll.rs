@@ -55,12 +55,14 @@ fn no_cache(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
 }
 
 pub(super) async fn poll(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
-    if let Err(response) = client.start_transport(&node, Transport::LongPolling) {
-        return response;
+    if let Err(error) = client.start_transport(&node, Transport::LongPolling) {
+        return error.into_response();
     }
     let state = &client.poll;
     if !state.started.swap(true, Ordering::AcqRel) {
-        state.last_poll_end_ms.store(node.now_ms(), Ordering::Relaxed);
+        state
+            .last_poll_end_ms
+            .store(node.now_ms(), Ordering::Relaxed);
         return no_cache(StatusCode::OK, "application/octet-stream", Bytes::new());
     }
     let (cancel_tx, cancel_rx) = oneshot::channel();
@@ -69,7 +71,9 @@ pub(super) async fn poll(node: Arc<Node>, client: Arc<ClientConnection>) -> Resp
     }
     state.active.store(true, Ordering::Relaxed);
     let response = wait_for_data(&node, &client, cancel_rx).await;
-    state.last_poll_end_ms.store(node.now_ms(), Ordering::Relaxed);
+    state
+        .last_poll_end_ms
+        .store(node.now_ms(), Ordering::Relaxed);
     state.active.store(false, Ordering::Relaxed);
     response
 }
@@ -124,5 +128,10 @@ pub(super) fn delete(node: Arc<Node>, client: Arc<ClientConnection>) -> Response
     if !client.poll.active.load(Ordering::Relaxed) {
         node.finish(&client);
     }
-    (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "text/plain")], "").into_response()
+    (
+        StatusCode::ACCEPTED,
+        [(header::CONTENT_TYPE, "text/plain")],
+        "",
+    )
+        .into_response()
 }

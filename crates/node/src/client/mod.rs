@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, Method, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
 use switchyard_router::{Connection, Hub};
 
-use crate::http::{authenticate, bearer_token, text_error, Query};
+use crate::http::{authenticate, bearer_token, text_error, Query, TextError};
 use crate::node::Node;
 
 pub(crate) use session::Inbound;
@@ -88,7 +88,9 @@ impl ClientConnection {
         let timeouts = &node.config.timeouts;
         let handshake_timeout = token
             .handshake_timeout_secs()
-            .map_or(timeouts.handshake_timeout, |s| Duration::from_secs(s.into()));
+            .map_or(timeouts.handshake_timeout, |s| {
+                Duration::from_secs(s.into())
+            });
         let poll_inactivity = token
             .max_poll_interval_secs()
             .map_or(timeouts.long_poll_inactivity, |s| {
@@ -126,9 +128,9 @@ impl ClientConnection {
 
     /// Fixes the transport on the first transport request. Err(response) if another one was
     /// fixed before or the token does not allow this one.
-    fn start_transport(&self, node: &Node, transport: Transport) -> Result<(), Response> {
+    fn start_transport(&self, node: &Node, transport: Transport) -> Result<(), TextError> {
         if self.allowed_transports & transport as u8 == 0 {
-            return Err(text_error(
+            return Err(TextError::new(
                 StatusCode::NOT_FOUND,
                 format!(
                     "{} transport not supported by this end point type",
@@ -138,7 +140,7 @@ impl ClientConnection {
         }
         let current = *self.transport.get_or_init(|| transport);
         if current != transport {
-            return Err(text_error(
+            return Err(TextError::new(
                 StatusCode::BAD_REQUEST,
                 "Cannot change transports mid-connection",
             ));
@@ -171,9 +173,12 @@ impl ClientConnection {
         let started = self.started_ms.load(Ordering::Relaxed);
         if started == 0 {
             let waited = now_ms.saturating_sub(self.created_ms);
-            return (waited > timeouts.connect_timeout.as_millis() as u64).then_some(Expiry::Discard);
+            return (waited > timeouts.connect_timeout.as_millis() as u64)
+                .then_some(Expiry::Discard);
         }
-        if self.transport() == Some(Transport::LongPolling) && self.poll.idle_for(now_ms) > self.poll_inactivity.as_millis() as u64 {
+        if self.transport() == Some(Transport::LongPolling)
+            && self.poll.idle_for(now_ms) > self.poll_inactivity.as_millis() as u64
+        {
             return Some(Expiry::Discard);
         }
         if !self.handshake_done.load(Ordering::Relaxed) {
@@ -209,16 +214,16 @@ pub(crate) fn authorize_client(
     node: &Node,
     request: &axum::http::request::Parts,
     query: &Query,
-) -> Result<(HubName, VerifiedToken), Response> {
+) -> Result<(HubName, VerifiedToken), TextError> {
     if query.count("hub") != 1 {
-        return Err(text_error(
+        return Err(TextError::new(
             StatusCode::BAD_REQUEST,
             "exactly one 'hub' query parameter is required",
         ));
     }
     let hub_text = query.get("hub").unwrap_or_default();
     let hub = HubName::new(hub_text, None)
-        .map_err(|e| text_error(StatusCode::BAD_REQUEST, e.to_string()))?;
+        .map_err(|e| TextError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     let audience_query = format!("hub={}", hub.as_str());
     let token = authenticate(
         node,
@@ -228,7 +233,7 @@ pub(crate) fn authorize_client(
         "/client/",
         Some(&audience_query),
     )
-    .map_err(|e| text_error(StatusCode::UNAUTHORIZED, e.to_string()))?;
+    .map_err(|e| TextError::new(StatusCode::UNAUTHORIZED, e.to_string()))?;
     Ok((hub, token))
 }
 
@@ -238,19 +243,23 @@ async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
     let query = Query::parse(&parts.uri);
     let (hub, token) = match authorize_client(&node, &parts, &query) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(error) => return error.into_response(),
     };
-    let id = query.get("id").filter(|id| !id.is_empty()).map(str::to_string);
+    let id = query
+        .get("id")
+        .filter(|id| !id.is_empty())
+        .map(str::to_string);
     let is_upgrade = parts
         .headers
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     if parts.method == Method::GET && is_upgrade {
-        let upgrade = match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &node).await {
-            Ok(upgrade) => upgrade,
-            Err(rejection) => return axum::response::IntoResponse::into_response(rejection),
-        };
+        let upgrade =
+            match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &node).await {
+                Ok(upgrade) => upgrade,
+                Err(rejection) => return axum::response::IntoResponse::into_response(rejection),
+            };
         return websocket::connect(node, hub, token, id, upgrade);
     }
     let Some(id) = id else {

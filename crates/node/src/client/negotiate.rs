@@ -21,7 +21,7 @@ pub(super) async fn negotiate(State(node): State<Arc<Node>>, request: Request) -
     let query = Query::parse(&parts.uri);
     let (hub, token) = match authorize_client(&node, &parts, &query) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(error) => return error.into_response(),
     };
     let version = match query.get("negotiateVersion") {
         None => 0,

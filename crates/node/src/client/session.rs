@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
 use switchyard_core::{CloseReason, Protocol};
-use switchyard_hub_protocol::{handshake, peek, encode_close, Format, FrameSplitter, HandshakeError};
+use switchyard_hub_protocol::{
+    encode_close, handshake, peek, Format, FrameSplitter, HandshakeError,
+};
 
 use super::{ClientConnection, Transport};
 use crate::http::text_error;
@@ -47,7 +49,8 @@ impl ClientConnection {
         inbound: &mut Inbound,
         data: &[u8],
     ) -> Result<(), CloseReason> {
-        self.last_received_ms.store(node.now_ms(), Ordering::Relaxed);
+        self.last_received_ms
+            .store(node.now_ms(), Ordering::Relaxed);
         inbound.buffer.extend_from_slice(data);
         if inbound.splitter.is_none() {
             match self.handshake(node, &mut inbound.buffer)? {
@@ -97,7 +100,7 @@ impl ClientConnection {
         let (request, consumed) = match handshake::parse_request(buffer, max) {
             Ok(Some(parsed)) => parsed,
             Ok(None) => return Ok(None),
-            Err(HandshakeError::TooLarge { .. }) => {
+            Err(HandshakeError::TooLarge) => {
                 return Err(self.refuse_handshake("Handshake was canceled."));
             }
             Err(e) => {
@@ -120,8 +123,7 @@ impl ClientConnection {
                 request.version, request.protocol
             )));
         }
-        if format == Format::MessagePack && self.transport() == Some(Transport::ServerSentEvents)
-        {
+        if format == Format::MessagePack && self.transport() == Some(Transport::ServerSentEvents) {
             return Err(self.refuse_handshake(&format!(
                 "Cannot use the '{}' protocol on the current transport. The transport does not support 'Binary' transfer format.",
                 request.protocol
@@ -132,7 +134,9 @@ impl ClientConnection {
             .outbound()
             .push(Bytes::from_static(handshake::RESPONSE_OK));
         if !self.hub.add_connection(self.connection.clone()) {
-            return Err(CloseReason::ProtocolError("connection id already in use".into()));
+            return Err(CloseReason::ProtocolError(
+                "connection id already in use".into(),
+            ));
         }
         self.handshake_done.store(true, Ordering::Relaxed);
         Ok(Some(FrameSplitter::new(format, max)))

@@ -18,11 +18,18 @@ use super::{ClientConnection, Transport};
 use crate::node::Node;
 
 pub(super) fn stream(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
-    if client.poll.stream_active.swap(true, std::sync::atomic::Ordering::AcqRel) {
-        return crate::http::text_error(StatusCode::CONFLICT, "An event stream is already open for this ID");
+    if client
+        .poll
+        .stream_active
+        .swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        return crate::http::text_error(
+            StatusCode::CONFLICT,
+            "An event stream is already open for this ID",
+        );
     }
-    if let Err(response) = client.start_transport(&node, Transport::ServerSentEvents) {
-        return response;
+    if let Err(error) = client.start_transport(&node, Transport::ServerSentEvents) {
+        return error.into_response();
     }
     let keep_alive = node.config.timeouts.keep_alive_interval;
     let state = StreamState {

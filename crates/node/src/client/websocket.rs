@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::SinkExt;
 use switchyard_auth::{generate_connection_token, VerifiedToken};
@@ -23,9 +23,13 @@ use crate::node::Node;
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for the client's close frame after ours.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Socket buffers kept small: idle connections must cost little memory.
+/// Socket buffers kept small: the read buffer is allocated whole per connection, so it sets
+/// idle memory (docs/decisions/0001-websocket-library.md: 9.1 KB per idle connection at 4 KiB
+/// against 140 KB with the library's 128 KiB default).
 const READ_BUFFER: usize = 4 * 1024;
-const WRITE_BUFFER: usize = 0;
+const WRITE_BUFFER: usize = 4 * 1024;
+/// Bound on bytes the WebSocket layer may hold for a client that does not read.
+const MAX_WRITE_BUFFER: usize = 16 * 1024 * 1024;
 
 pub(super) fn connect(
     node: Arc<Node>,
@@ -49,7 +53,8 @@ pub(super) fn connect(
             }
             let id = generate_connection_token();
             let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
-            let client = ClientConnection::new(&node, id, connection_id, node.router.hub(&hub), token);
+            let client =
+                ClientConnection::new(&node, id, connection_id, node.router.hub(&hub), token);
             if !node.insert_client(client.clone()) {
                 return text_error(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -59,11 +64,18 @@ pub(super) fn connect(
             client
         }
     };
-    if client.poll.websocket_active.swap(true, std::sync::atomic::Ordering::AcqRel) {
-        return text_error(StatusCode::CONFLICT, "A WebSocket is already connected for this ID");
+    if client
+        .poll
+        .websocket_active
+        .swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        return text_error(
+            StatusCode::CONFLICT,
+            "A WebSocket is already connected for this ID",
+        );
     }
-    if let Err(response) = client.start_transport(&node, Transport::WebSockets) {
-        return response;
+    if let Err(error) = client.start_transport(&node, Transport::WebSockets) {
+        return error.into_response();
     }
     // One WebSocket message may batch several hub messages (the JS client does), so the
     // frame limit is looser than the per-message limit the splitter enforces.
@@ -71,6 +83,7 @@ pub(super) fn connect(
     upgrade
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
+        .max_write_buffer_size(MAX_WRITE_BUFFER)
         .max_message_size(max_message)
         .max_frame_size(max_message)
         .on_failed_upgrade({
@@ -171,8 +184,13 @@ async fn run(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
     };
     tracing::debug!(connection = %client.connection.id(), reason = reason.code(), "closing websocket");
     if let Some(close) = client.close_frame(&reason) {
-        let binary = client.connection.protocol().and_then(Format::from_protocol) == Some(Format::MessagePack);
-        let message = if binary { WsMessage::Binary(close) } else { WsMessage::Text(text_frame(close)) };
+        let binary = client.connection.protocol().and_then(Format::from_protocol)
+            == Some(Format::MessagePack);
+        let message = if binary {
+            WsMessage::Binary(close)
+        } else {
+            WsMessage::Text(text_frame(close))
+        };
         if !feed(&mut socket, message).await {
             return;
         }
@@ -190,7 +208,10 @@ fn text_frame(frame: Bytes) -> Utf8Bytes {
 }
 
 async fn feed(socket: &mut WebSocket, message: WsMessage) -> bool {
-    matches!(timeout(SEND_TIMEOUT, socket.feed(message)).await, Ok(Ok(())))
+    matches!(
+        timeout(SEND_TIMEOUT, socket.feed(message)).await,
+        Ok(Ok(()))
+    )
 }
 
 async fn flush(socket: &mut WebSocket) -> bool {

@@ -55,8 +55,9 @@ pub(crate) async fn execute(
                 .get("reason")
                 .filter(|r| !r.is_empty())
                 .map(str::to_string);
-            let (target, single) = close_target(&recipient, query)?;
-            node.close(hub, target, reason);
+            let excluded = excluded(query)?;
+            let (target, single) = close_target(&recipient, excluded.clone())?;
+            node.close(hub, target, excluded, reason);
             Ok(status(match (single, v1) {
                 (true, false) => StatusCode::OK,
                 (true, true) => StatusCode::ACCEPTED,
@@ -205,22 +206,15 @@ fn send_target(recipient: &Recipient, query: &Query) -> Result<Target, RestError
 }
 
 /// The close target, and whether it is a single connection (whose success code differs).
-fn close_target(recipient: &Recipient, query: &Query) -> Result<(Target, bool), RestError> {
-    let excluded = excluded(query)?;
+fn close_target(
+    recipient: &Recipient,
+    excluded: Vec<ConnectionId>,
+) -> Result<(Target, bool), RestError> {
     Ok(match recipient {
         Recipient::Connection(connection) => {
             (Target::Connection(ConnectionId::new(connection)?), true)
         }
-        Recipient::User(user) => {
-            if !excluded.is_empty() {
-                // `Target::User` carries no exclusions yet; the emulator ignores them too.
-                tracing::warn!(
-                    count = excluded.len(),
-                    "excluded connections are not applied when closing a user's connections"
-                );
-            }
-            (Target::User(UserId::new(user)?), false)
-        }
+        Recipient::User(user) => (Target::User(UserId::new(user)?), false),
         Recipient::Group(group) => (
             Target::Group {
                 group: GroupName::new(group)?,

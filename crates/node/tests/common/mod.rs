@@ -125,7 +125,11 @@ pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() ->
 }
 
 /// Awaits a future with a bound, panicking with `what` on timeout.
-pub async fn within<T>(what: &str, limit: Duration, future: impl std::future::Future<Output = T>) -> T {
+pub async fn within<T>(
+    what: &str,
+    limit: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> T {
     match tokio::time::timeout(limit, future).await {
         Ok(value) => value,
         Err(_) => panic!("timed out: {what}"),
