@@ -62,9 +62,13 @@ struct ServeArgs {
 struct TokenArgs {
     #[command(flatten)]
     settings: SettingsArgs,
-    /// Hub the token is for.
-    #[arg(long)]
-    hub: String,
+    /// Hub the token is for (its audience is `{endpoint}/client/?hub={hub}`).
+    #[arg(long, required_unless_present = "audience")]
+    hub: Option<String>,
+    /// Use this audience instead, e.g. a REST URL such as
+    /// http://127.0.0.1:8888/api/hubs/chat/:send (REST tokens name the request URL).
+    #[arg(long, conflicts_with = "hub")]
+    audience: Option<String>,
     /// User id (the `asrs.s.uid` and `nameid` claims).
     #[arg(long)]
     user: Option<String>,
@@ -196,7 +200,11 @@ fn token(args: TokenArgs) -> Result<(), String> {
     let config = load(&args.settings)?;
     let endpoint = config.endpoint(config.listen);
     let base = url::Url::parse(&endpoint).map_err(|e| format!("bad endpoint {endpoint}: {e}"))?;
-    let audience = client_audience(&base, &args.hub);
+    let audience = match (&args.audience, &args.hub) {
+        (Some(audience), _) => audience.clone(),
+        (None, Some(hub)) => client_audience(&base, hub),
+        (None, None) => return Err("either --hub or --audience is required".into()),
+    };
     let mut builder = TokenBuilder::new(audience.clone()).lifetime(args.ttl);
     if let Some(user) = &args.user {
         builder = builder

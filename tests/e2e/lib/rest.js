@@ -86,13 +86,13 @@ class Rest {
     return this.expect(200, 'PUT', `/api/hubs/${enc(hub)}/groups/${enc(group)}/connections/${enc(id)}`, { query: API });
   }
   removeConnectionFromGroup(hub, group, id) {
-    return this.expect([200, 404], 'DELETE', `/api/hubs/${enc(hub)}/groups/${enc(group)}/connections/${enc(id)}`, { query: API });
+    return this.expect(200, 'DELETE', `/api/hubs/${enc(hub)}/groups/${enc(group)}/connections/${enc(id)}`, { query: API });
   }
   addUserToGroup(hub, user, group) {
     return this.expect(200, 'PUT', `/api/hubs/${enc(hub)}/users/${enc(user)}/groups/${enc(group)}`, { query: API });
   }
   removeUserFromGroup(hub, user, group) {
-    return this.expect([200, 204], 'DELETE', `/api/hubs/${enc(hub)}/users/${enc(user)}/groups/${enc(group)}`, { query: API });
+    return this.expect(204, 'DELETE', `/api/hubs/${enc(hub)}/users/${enc(user)}/groups/${enc(group)}`, { query: API });
   }
   closeConnection(hub, id, reason) {
     const q = [API, ...(reason !== undefined ? [`reason=${enc(reason)}`] : [])].join('&');

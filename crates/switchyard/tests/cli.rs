@@ -1,0 +1,161 @@
+//! The binary's command-line contract, run as a real process.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    // Keep the test's own SWITCHYARD_* variables (if any) out of the child.
+    for (name, _) in std::env::vars() {
+        if name.starts_with("SWITCHYARD_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+#[test]
+fn serve_prints_connection_string_and_stops_on_sigterm() {
+    let mut child = binary()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("SWITCHYARD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut port = None;
+    let mut connection_string = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (port.is_none() || connection_string.is_none()) && Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if let Some(rest) = line.strip_prefix("Listening on 127.0.0.1:") {
+            port = Some(rest.trim().to_string());
+        }
+        if let Some(rest) = line.strip_prefix("ConnectionString: ") {
+            connection_string = Some(rest.to_string());
+        }
+    }
+    let port = port.expect("Listening line");
+    assert_eq!(
+        connection_string.expect("ConnectionString line"),
+        format!("Endpoint=http://127.0.0.1;Port={port};AccessKey=ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGH;Version=1.0;")
+    );
+    // Health answers without auth.
+    let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    stream
+        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // SIGTERM stops it cleanly.
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn token_prints_url_and_a_verifiable_token() {
+    let output = binary()
+        .args([
+            "token",
+            "--hub",
+            "Chat",
+            "--user",
+            "alice",
+            "--ttl",
+            "10m",
+            "--claim",
+            "role=admin",
+            "--public-endpoint",
+            "http://127.0.0.1:9999",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut lines = text.lines();
+    let url = lines.next().unwrap();
+    let token = lines.next().unwrap();
+    assert_eq!(url, "http://127.0.0.1:9999/client/?hub=chat");
+    let keys = switchyard_auth::AccessKeys::emulator();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let verified = switchyard_auth::verify_token(token, &keys, now, |aud| aud == url).unwrap();
+    assert_eq!(verified.user_id(), Some("alice"));
+    assert_eq!(verified.claim("role"), Some("admin"));
+    assert!(verified.expires_at <= now + 600 && verified.expires_at >= now + 590);
+
+    let json = binary()
+        .args(["token", "--hub", "chat", "--json"])
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["url"], "http://127.0.0.1:8888/client/?hub=chat");
+    assert!(value["accessToken"].as_str().unwrap().split('.').count() == 3);
+}
+
+fn fails_with(args: &[&str], env: &[(&str, &str)], needle: &str) {
+    let mut command = binary();
+    command.args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{args:?} should fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(needle),
+        "stderr {stderr:?} should contain {needle:?}"
+    );
+}
+
+#[test]
+fn configuration_errors_are_clear() {
+    fails_with(
+        &["serve"],
+        &[("SWITCHYARD_LISTNE", "x")],
+        "unknown environment variable SWITCHYARD_LISTNE",
+    );
+    fails_with(
+        &["serve", "--set", "limits.nope=1"],
+        &[],
+        "unknown setting 'limits.nope'",
+    );
+    fails_with(&["serve", "--listen", "0.0.0.0:0"], &[], "development mode");
+    fails_with(
+        &["serve", "--access-key", "short"],
+        &[],
+        "at least 32 characters",
+    );
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, "[timeouts]\nclient_timeot = \"30s\"\n").unwrap();
+    fails_with(
+        &["serve", "--config", file.to_str().unwrap()],
+        &[],
+        "client_timeot",
+    );
+    fails_with(
+        &["serve", "--config", "/nonexistent/switchyard.toml"],
+        &[],
+        "cannot read config file",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
