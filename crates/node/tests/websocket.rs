@@ -460,3 +460,46 @@ async fn shutdown_sends_reconnectable_close() {
     }
     stopping.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_flood_of_connects_is_refused_clearly_and_bystanders_keep_receiving() {
+    let mut config = switchyard_node::Config::default();
+    config.limits.max_client_connections = 200;
+    config.timeouts.connect_timeout = Duration::from_secs(2);
+    let server = TestServer::start_with(config).await;
+    let (mut bystander, _) = connect(&server, "chat", None, Format::Json).await;
+    let token = server.token("flood", None);
+    let url = server.client_url("flood");
+    let mut attempts = Vec::new();
+    for _ in 0..600 {
+        let token = token.clone();
+        let url = url.clone();
+        attempts.push(tokio::spawn(
+            async move { negotiate(&url, &token, 1).await },
+        ));
+    }
+    let (mut accepted, mut refused) = (0, 0);
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Ok(_) => accepted += 1,
+            Err(ClientError::Negotiate { status: 429, body }) => {
+                assert!(
+                    body.contains("maximum number of client connections"),
+                    "{body}"
+                );
+                refused += 1;
+            }
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(accepted, 199, "the limit counts the bystander");
+    assert_eq!(refused, 401);
+    server.broadcast("chat", "still", &[]);
+    expect_invocation(&mut bystander, "still").await;
+    // Negotiated connections that never connect are discarded, freeing the slots.
+    eventually("flood discarded", Duration::from_secs(10), || {
+        server.node.client_connection_count() == 1
+    })
+    .await;
+    negotiate(&url, &token, 1).await.unwrap();
+}

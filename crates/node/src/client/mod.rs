@@ -20,7 +20,7 @@ use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use switchyard_auth::VerifiedToken;
+use switchyard_auth::{generate_connection_token, VerifiedToken};
 use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
 use switchyard_router::{Connection, Hub};
 
@@ -199,6 +199,38 @@ impl ClientConnection {
         }
         None
     }
+}
+
+/// Creates and registers a connection. `by_token`: clients find it by a separate secret token
+/// (negotiate v1) rather than by its connection id (v0, and connections without negotiate).
+pub(crate) fn create_client(
+    node: &Node,
+    hub: &HubName,
+    token: VerifiedToken,
+    by_token: bool,
+) -> Result<Arc<ClientConnection>, TextError> {
+    let full = || {
+        TextError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the service has reached its maximum number of client connections",
+        )
+    };
+    // Checked before any work so a flood of connects costs little.
+    if node.at_connection_limit() {
+        return Err(full());
+    }
+    let id = generate_connection_token();
+    let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
+    let key = if by_token {
+        generate_connection_token()
+    } else {
+        id
+    };
+    let client = ClientConnection::new(node, key, connection_id, node.router.hub(hub), token);
+    if !node.insert_client(client.clone()) {
+        return Err(full());
+    }
+    Ok(client)
 }
 
 pub(crate) fn routes() -> axum::Router<Arc<Node>> {

@@ -6,10 +6,8 @@ use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use switchyard_auth::generate_connection_token;
-use switchyard_core::ConnectionId;
 
-use super::{authorize_client, ClientConnection, Transport};
+use super::{authorize_client, create_client, Transport};
 use crate::http::{text_error, Query};
 use crate::node::Node;
 
@@ -39,29 +37,13 @@ pub(super) async fn negotiate(State(node): State<Arc<Node>>, request: Request) -
             }
         },
     };
-    if node.at_connection_limit() {
-        return text_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "the service has reached its maximum number of client connections",
-        );
-    }
-    let id = generate_connection_token();
-    let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
-    let key = if version >= 1 {
-        generate_connection_token()
-    } else {
-        id.clone()
-    };
     let allowed = token.allowed_transports().unwrap_or(0b111);
-    let hub = node.router.hub(&hub);
-    let client = ClientConnection::new(&node, key.clone(), connection_id, hub, token);
-    if !node.insert_client(client) {
-        return text_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "the service has reached its maximum number of client connections",
-        );
-    }
-    json_body(negotiate_response(version, &id, &key, allowed))
+    let client = match create_client(&node, &hub, token, version >= 1) {
+        Ok(client) => client,
+        Err(error) => return error.into_response(),
+    };
+    let id = client.connection.id().as_str();
+    json_body(negotiate_response(version, id, &client.key, allowed))
 }
 
 /// The body in the exact field order ASP.NET Core writes.

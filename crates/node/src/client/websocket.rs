@@ -9,13 +9,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::SinkExt;
-use switchyard_auth::{generate_connection_token, VerifiedToken};
-use switchyard_core::{CloseReason, ConnectionId, HubName};
+use switchyard_auth::VerifiedToken;
+use switchyard_core::{CloseReason, HubName};
 use switchyard_hub_protocol::{ping, Format};
 use switchyard_router::Batch;
 use tokio::time::{sleep_until, timeout, Instant};
 
-use super::{ClientConnection, Transport};
+use super::{create_client, ClientConnection, Transport};
 use crate::http::text_error;
 use crate::node::Node;
 
@@ -43,26 +43,11 @@ pub(super) fn connect(
             Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
             _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
         },
-        None => {
-            // No negotiate: skip-negotiation clients and Python clients after a redirect.
-            if node.at_connection_limit() {
-                return text_error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "the service has reached its maximum number of client connections",
-                );
-            }
-            let id = generate_connection_token();
-            let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
-            let client =
-                ClientConnection::new(&node, id, connection_id, node.router.hub(&hub), token);
-            if !node.insert_client(client.clone()) {
-                return text_error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "the service has reached its maximum number of client connections",
-                );
-            }
-            client
-        }
+        // No negotiate: skip-negotiation clients and Python clients after a redirect.
+        None => match create_client(&node, &hub, token, false) {
+            Ok(client) => client,
+            Err(error) => return error.into_response(),
+        },
     };
     if client
         .poll

@@ -16,7 +16,7 @@
 //! - `application` (any version) prefixes the hub: `{application}_{hub}`, lower-cased.
 //! - `api-version` is accepted whatever its value, and may be absent.
 //! - `excluded` (repeatable): empty values are skipped, others must be valid connection ids
-//!   (400 otherwise). Closing a user's connections does not apply exclusions yet.
+//!   (400 otherwise); they apply to sends and to every close.
 //! - Send bodies are JSON unless `Content-Type` is `application/x-msgpack`,
 //!   `application/msgpack` or `application/octet-stream` (a payloads map).
 
