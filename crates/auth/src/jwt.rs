@@ -1,21 +1,26 @@
 //! HMAC-signed JWTs as issued by the Azure SignalR SDKs and accepted by the
 //! service (spec §2.3, §3, §4.1).
 //!
-//! Issuing reproduces the SDK's byte layout: header
-//! `{"alg":"HS256","typ":"JWT"[,"kid":…]}`, payload = caller claims in order
+//! The JWT mechanics (base64url, header parsing, HMAC signing and
+//! constant-time signature verification) are the `jsonwebtoken` crate's; this
+//! module decides what goes into a token and what is accepted.
+//!
+//! Issuing reproduces the SDK's payload byte for byte: caller claims in order
 //! (repeated types folded into a JSON array at the first occurrence), then
-//! `nbf`, `exp`, `iat`, `iss` (only if set), `aud`.
+//! `nbf`, `exp`, `iat`, `iss` (only if set), `aud`. The header has the SDK's
+//! fields (`typ` `JWT`, `alg`, `kid` when set) in `jsonwebtoken`'s order,
+//! `{"typ":"JWT","alg":"HS256"[,"kid":…]}`; verifiers only read `alg`.
 //!
 //! Verification is deliberately independent of the system clock (the caller
-//! passes `now`) and checks the signature against every configured key.
+//! passes `now`: `jsonwebtoken`'s own time and audience checks are switched
+//! off and done here) and checks the signature against every configured key.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
+use jsonwebtoken::errors::{Error as JwtError, ErrorKind as JwtErrorKind};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::{Map, Value};
-use sha2::{Sha256, Sha384, Sha512};
 
 use crate::keys::AccessKeys;
 
@@ -135,41 +140,24 @@ impl JwtAlgorithm {
         }
     }
 
-    fn sign(self, key: &[u8], message: &[u8]) -> Vec<u8> {
+    /// The `jsonwebtoken` algorithm.
+    fn to_jwt(self) -> Algorithm {
         match self {
-            Self::Hs256 => mac::<Hmac<Sha256>>(key, message)
-                .finalize()
-                .into_bytes()
-                .to_vec(),
-            Self::Hs384 => mac::<Hmac<Sha384>>(key, message)
-                .finalize()
-                .into_bytes()
-                .to_vec(),
-            Self::Hs512 => mac::<Hmac<Sha512>>(key, message)
-                .finalize()
-                .into_bytes()
-                .to_vec(),
+            Self::Hs256 => Algorithm::HS256,
+            Self::Hs384 => Algorithm::HS384,
+            Self::Hs512 => Algorithm::HS512,
         }
     }
 
-    /// Constant-time signature check.
-    fn verify(self, key: &[u8], message: &[u8], signature: &[u8]) -> bool {
-        match self {
-            Self::Hs256 => mac::<Hmac<Sha256>>(key, message).verify_slice(signature),
-            Self::Hs384 => mac::<Hmac<Sha384>>(key, message).verify_slice(signature),
-            Self::Hs512 => mac::<Hmac<Sha512>>(key, message).verify_slice(signature),
+    /// The HMAC algorithm `alg` names, or `None` for any other family.
+    fn from_jwt(alg: Algorithm) -> Option<Self> {
+        match alg {
+            Algorithm::HS256 => Some(Self::Hs256),
+            Algorithm::HS384 => Some(Self::Hs384),
+            Algorithm::HS512 => Some(Self::Hs512),
+            _ => None,
         }
-        .is_ok()
     }
-}
-
-/// An HMAC keyed with `key` that has absorbed `message`.
-pub(crate) fn mac<M: Mac + hmac::digest::KeyInit>(key: &[u8], message: &[u8]) -> M {
-    // HMAC accepts keys of any length, so this cannot fail.
-    let mut m =
-        <M as hmac::digest::KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    m.update(message);
-    m
 }
 
 /// Builds and signs a token the way the SDK does.
@@ -249,15 +237,20 @@ impl TokenBuilder {
         self
     }
 
-    /// The header JSON, exactly as it is encoded into the token.
+    /// The JOSE header [`TokenBuilder::sign`] hands to `jsonwebtoken`:
+    /// `typ` `JWT`, `alg`, and `kid` when set.
+    fn header(&self) -> Header {
+        let mut header = Header::new(self.algorithm.to_jwt());
+        header.kid = self.key_id.clone();
+        header
+    }
+
+    /// The header JSON, exactly as it is encoded into the token:
+    /// `{"typ":"JWT","alg":"HS256"[,"kid":…]}` (`jsonwebtoken`'s field order;
+    /// the SDK writes `alg` first, which no verifier depends on).
     pub fn header_json(&self) -> String {
-        let mut out = format!(r#"{{"alg":"{}","typ":"JWT""#, self.algorithm.name());
-        if let Some(kid) = &self.key_id {
-            out.push_str(r#","kid":"#);
-            push_json_string(&mut out, kid);
-        }
-        out.push('}');
-        out
+        // Serialising a Header (strings and an enum) cannot fail.
+        serde_json::to_string(&self.header()).expect("header serialisation is infallible")
     }
 
     /// The payload JSON for a token issued at `now_unix`, exactly as it is
@@ -267,6 +260,12 @@ impl TokenBuilder {
     /// `exp`, `iat`, `iss`, `aud`) are renamed `asrs.u.<type>`, as the SDK
     /// does, so the JSON never has duplicate keys.
     pub fn payload_json(&self, now_unix: i64) -> String {
+        Value::Object(self.payload(now_unix)).to_string()
+    }
+
+    /// The payload as a JSON object whose (insertion) order is the SDK's
+    /// claim order; see [`TokenBuilder::payload_json`].
+    fn payload(&self, now_unix: i64) -> Map<String, Value> {
         // Group values by (possibly renamed) type, in order of first occurrence.
         let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
         for (claim_type, value) in &self.claims {
@@ -284,53 +283,40 @@ impl TokenBuilder {
         let lifetime = i64::try_from(self.lifetime.as_secs()).unwrap_or(i64::MAX);
         let exp = now_unix.saturating_add(lifetime);
 
-        let mut out = String::from("{");
-        for (name, values) in &groups {
-            push_json_string(&mut out, name);
-            out.push(':');
-            if let [single] = values.as_slice() {
-                push_json_string(&mut out, single);
-            } else {
-                out.push('[');
-                for (i, v) in values.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    push_json_string(&mut out, v);
-                }
-                out.push(']');
-            }
-            out.push(',');
+        // serde_json keeps insertion order (`preserve_order`), so this
+        // serialises in exactly the order built here.
+        let mut payload = Map::with_capacity(groups.len() + 5);
+        for (name, values) in groups {
+            let value = match values.as_slice() {
+                [single] => Value::from(*single),
+                _ => Value::from(values),
+            };
+            payload.insert(name, value);
         }
-        out.push_str(&format!(
-            r#""nbf":{now_unix},"exp":{exp},"iat":{now_unix},"#
-        ));
+        payload.insert("nbf".to_owned(), Value::from(now_unix));
+        payload.insert("exp".to_owned(), Value::from(exp));
+        payload.insert("iat".to_owned(), Value::from(now_unix));
         if let Some(iss) = &self.issuer {
-            out.push_str(r#""iss":"#);
-            push_json_string(&mut out, iss);
-            out.push(',');
+            payload.insert("iss".to_owned(), Value::from(iss.as_str()));
         }
-        out.push_str(r#""aud":"#);
-        push_json_string(&mut out, &self.audience);
-        out.push('}');
-        out
+        payload.insert("aud".to_owned(), Value::from(self.audience.as_str()));
+        payload
     }
 
     /// Sign with `key` (UTF-8 bytes of the access key string) at `now_unix`.
+    /// The token is `jsonwebtoken`'s encoding of [`TokenBuilder::header_json`]
+    /// and [`TokenBuilder::payload_json`].
     pub fn sign(&self, key: &str, now_unix: i64) -> String {
-        let mut token = URL_SAFE_NO_PAD.encode(self.header_json());
-        token.push('.');
-        token.push_str(&URL_SAFE_NO_PAD.encode(self.payload_json(now_unix)));
-        let signature = self.algorithm.sign(key.as_bytes(), token.as_bytes());
-        token.push('.');
-        token.push_str(&URL_SAFE_NO_PAD.encode(signature));
-        token
+        let payload = Value::Object(self.payload(now_unix));
+        // An HMAC key of any length is accepted and the header's algorithm is
+        // always an HMAC one, so encoding cannot fail.
+        jsonwebtoken::encode(
+            &self.header(),
+            &payload,
+            &EncodingKey::from_secret(key.as_bytes()),
+        )
+        .expect("HMAC signing cannot fail")
     }
-}
-
-fn push_json_string(out: &mut String, s: &str) {
-    // Serialising a &str cannot fail.
-    out.push_str(&serde_json::to_string(s).expect("string serialisation is infallible"));
 }
 
 /// Issue an HS256 token without `kid`: `claims` in order, then `nbf`, `exp`,
@@ -519,7 +505,9 @@ impl VerifiedToken {
 /// Verify `token` and check its audience.
 ///
 /// - Length at most [`MAX_TOKEN_LEN`] bytes, else [`AuthError::TooLong`].
-/// - Header `alg` must be HS256, HS384 or HS512; `kid`/`typ` are ignored.
+/// - Decoding (unpadded base64url, header, signature) is `jsonwebtoken`'s.
+///   Header `alg` must be HS256, HS384 or HS512; `kid`/`typ` are not
+///   checked (when present they must be strings).
 /// - The signature must match one of `keys` (primary or secondary), compared
 ///   in constant time.
 /// - `exp` is required ([`AuthError::MissingExpiry`]) and must not be past
@@ -558,35 +546,42 @@ pub fn verify_token_ignoring_audience(
     if token.len() > MAX_TOKEN_LEN {
         return Err(AuthError::TooLong);
     }
-    let mut parts = token.split('.');
-    let (Some(header_b64), Some(payload_b64), Some(signature_b64), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    if token.split('.').count() != 3 {
         return Err(malformed("expected three dot-separated parts"));
-    };
-
-    let header = decode_json_object(header_b64, "header")?;
-    let alg = match header.get("alg") {
-        Some(Value::String(alg)) => alg,
-        _ => return Err(malformed("header has no 'alg'")),
-    };
-    let algorithm = JwtAlgorithm::from_name(alg).ok_or_else(|| {
-        malformed(&format!(
-            "unsupported algorithm '{alg}' (HS256, HS384 or HS512 required)"
-        ))
-    })?;
-
-    let signature =
-        b64_decode(signature_b64).ok_or_else(|| malformed("signature is not base64url"))?;
-    let signed = &token.as_bytes()[..header_b64.len() + 1 + payload_b64.len()];
-    if !keys
-        .all()
-        .any(|key| algorithm.verify(key.as_bytes(), signed, &signature))
-    {
-        return Err(AuthError::BadSignature);
     }
 
-    let payload = decode_json_object(payload_b64, "payload")?;
+    // The header is checked before any key is tried, so a token in an
+    // unsupported algorithm is malformed even when no key is configured.
+    let header = jsonwebtoken::decode_header(token)
+        .map_err(|e| malformed(&format!("header is invalid: {}", jwt_error_text(&e))))?;
+    if JwtAlgorithm::from_jwt(header.alg).is_none() {
+        return Err(malformed(&format!(
+            "unsupported algorithm '{:?}' (HS256, HS384 or HS512 required)",
+            header.alg
+        )));
+    }
+
+    let mut decoded = None;
+    for key in keys.all() {
+        match jsonwebtoken::decode::<Value>(
+            token,
+            &DecodingKey::from_secret(key.as_bytes()),
+            &VALIDATION,
+        ) {
+            Ok(data) => {
+                decoded = Some(data.claims);
+                break;
+            }
+            Err(e) if matches!(e.kind(), JwtErrorKind::InvalidSignature) => {}
+            Err(e) => return Err(malformed(&jwt_error_text(&e))),
+        }
+    }
+    let payload = match decoded {
+        None => return Err(AuthError::BadSignature),
+        Some(Value::Object(payload)) => payload,
+        Some(_) => return Err(malformed("payload is not a JSON object")),
+    };
+
     let expires_at = match payload.get("exp") {
         None | Some(Value::Null) => return Err(AuthError::MissingExpiry),
         Some(v) => numeric_date(v).ok_or_else(|| malformed("'exp' is not a number"))?,
@@ -655,17 +650,31 @@ fn malformed(what: &str) -> AuthError {
     AuthError::Malformed(what.to_owned())
 }
 
-/// base64url, tolerating (stripped) trailing `=` padding.
-fn b64_decode(part: &str) -> Option<Vec<u8>> {
-    URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).ok()
-}
+/// What `jsonwebtoken::decode` checks: the signature of an HMAC token, and
+/// nothing that needs a clock or an expected audience (`exp`, `nbf` and
+/// `aud` are checked by [`verify_token`] against the caller's `now` and
+/// audience rule, and no claim is required up front).
+static VALIDATION: LazyLock<Validation> = LazyLock::new(|| {
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.algorithms = vec![Algorithm::HS256, Algorithm::HS384, Algorithm::HS512];
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    validation
+});
 
-fn decode_json_object(part: &str, what: &str) -> Result<Map<String, Value>, AuthError> {
-    let bytes = b64_decode(part).ok_or_else(|| malformed(&format!("{what} is not base64url")))?;
-    match serde_json::from_slice(&bytes) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(malformed(&format!("{what} is not a JSON object"))),
-        Err(e) => Err(malformed(&format!("{what} is not valid JSON: {e}"))),
+/// A decoding failure as text for [`AuthError::Malformed`].
+fn jwt_error_text(e: &JwtError) -> String {
+    match e.kind() {
+        JwtErrorKind::InvalidToken => "expected three dot-separated parts".to_owned(),
+        JwtErrorKind::Base64(e) => format!("not base64url: {e}"),
+        JwtErrorKind::Json(e) => format!("not a valid JSON object: {e}"),
+        JwtErrorKind::Utf8(e) => format!("not UTF-8: {e}"),
+        JwtErrorKind::InvalidAlgorithm => {
+            "unsupported algorithm (HS256, HS384 or HS512 required)".to_owned()
+        }
+        _ => e.to_string(),
     }
 }
 
@@ -714,18 +723,58 @@ mod tests {
     }
 
     #[test]
-    fn header_without_kid() {
+    fn header_with_and_without_kid() {
         assert_eq!(
             TokenBuilder::new("a").header_json(),
-            r#"{"alg":"HS256","typ":"JWT"}"#
+            r#"{"typ":"JWT","alg":"HS256"}"#
         );
         assert_eq!(
             TokenBuilder::new("a")
                 .algorithm(JwtAlgorithm::Hs512)
                 .key_id("k\"1")
                 .header_json(),
-            r#"{"alg":"HS512","typ":"JWT","kid":"k\"1"}"#
+            r#"{"typ":"JWT","alg":"HS512","kid":"k\"1"}"#
         );
+    }
+
+    #[test]
+    fn sign_encodes_header_json_and_payload_json() {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine as _;
+        let builder = TokenBuilder::new("a")
+            .claim("role", "x")
+            .claim("role", "y")
+            .issuer("me")
+            .key_id("k1")
+            .algorithm(JwtAlgorithm::Hs384);
+        let token = builder.sign("key", 100);
+        let parts: Vec<&str> = token.split('.').collect();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(parts[0]).unwrap(),
+            builder.header_json().as_bytes()
+        );
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(parts[1]).unwrap(),
+            builder.payload_json(100).as_bytes()
+        );
+        // HMAC-SHA384 is 48 bytes.
+        assert_eq!(URL_SAFE_NO_PAD.decode(parts[2]).unwrap().len(), 48);
+    }
+
+    #[test]
+    fn algorithm_names_round_trip() {
+        for alg in [
+            JwtAlgorithm::Hs256,
+            JwtAlgorithm::Hs384,
+            JwtAlgorithm::Hs512,
+        ] {
+            assert_eq!(JwtAlgorithm::from_name(alg.name()), Some(alg));
+            assert_eq!(JwtAlgorithm::from_jwt(alg.to_jwt()), Some(alg));
+            assert_eq!(format!("{:?}", alg.to_jwt()), alg.name());
+        }
+        assert_eq!(JwtAlgorithm::from_jwt(Algorithm::RS256), None);
+        assert_eq!(JwtAlgorithm::from_name("hs256"), None);
     }
 
     #[test]

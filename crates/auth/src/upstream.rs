@@ -3,14 +3,19 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::jwt::mac;
 use crate::keys::AccessKeys;
 
 /// Header carrying the signature.
 pub const SIGNATURE_HEADER: &str = "X-ASRS-Signature";
 
+/// HMAC-SHA256 keyed with the UTF-8 access key that has absorbed the
+/// connection id.
 fn signature_mac(key: &str, connection_id: &str) -> Hmac<Sha256> {
-    mac::<Hmac<Sha256>>(key.as_bytes(), connection_id.as_bytes())
+    // HMAC accepts keys of any length, so this cannot fail.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key.as_bytes())
+        .expect("HMAC accepts keys of any length");
+    mac.update(connection_id.as_bytes());
+    mac
 }
 
 /// The `X-ASRS-Signature` value for `connection_id`: for each key (primary

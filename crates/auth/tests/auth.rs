@@ -35,6 +35,17 @@ fn raw_token(key: &str, header: &str, payload: &str) -> String {
     )
 }
 
+/// Sign already-encoded header and payload parts with HS256.
+fn raw_token_parts(key: &str, header_b64: &str, payload_b64: &str) -> String {
+    let signed = format!("{header_b64}.{payload_b64}");
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(signed.as_bytes());
+    format!(
+        "{signed}.{}",
+        URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    )
+}
+
 const HS256: &str = r#"{"alg":"HS256","typ":"JWT"}"#;
 
 fn emulator_keys() -> AccessKeys {
@@ -384,6 +395,108 @@ fn audience_array_any_value_may_match() {
         verify_token(&bad, &emulator_keys(), NOW, any_aud),
         Err(AuthError::Malformed(_))
     ));
+}
+
+#[test]
+fn only_the_injected_clock_is_used() {
+    // Far from the real clock in both directions: only `now_unix` counts.
+    let keys = emulator_keys();
+    let future = 4_000_000_000;
+    let token = issue_token(
+        EMULATOR_ACCESS_KEY,
+        AUD,
+        &[],
+        Duration::from_secs(60),
+        future,
+    );
+    assert!(verify_token(&token, &keys, future, any_aud).is_ok());
+    assert_eq!(
+        verify_token(&token, &keys, NOW, any_aud),
+        Err(AuthError::NotYetValid)
+    );
+    let past = 1_000_000_000;
+    let token = issue_token(EMULATOR_ACCESS_KEY, AUD, &[], Duration::from_secs(60), past);
+    assert!(verify_token(&token, &keys, past + 1, any_aud).is_ok());
+    assert_eq!(
+        verify_token(&token, &keys, NOW, any_aud),
+        Err(AuthError::Expired)
+    );
+}
+
+#[test]
+fn header_problems_are_malformed_even_without_keys() {
+    let token = raw_token(
+        EMULATOR_ACCESS_KEY,
+        r#"{"alg":"ES256","typ":"JWT"}"#,
+        &format!(r#"{{"exp":{},"aud":"{AUD}"}}"#, NOW + 60),
+    );
+    let no_keys = AccessKeys::new(String::new(), None);
+    for keys in [&no_keys, &emulator_keys()] {
+        let err = verify_token(&token, keys, NOW, any_aud).unwrap_err();
+        assert!(
+            matches!(&err, AuthError::Malformed(m) if m.contains("ES256")),
+            "{err:?}"
+        );
+    }
+    // A non-string `kid` is not a JOSE header.
+    let token = raw_token(
+        EMULATOR_ACCESS_KEY,
+        r#"{"alg":"HS256","typ":"JWT","kid":5}"#,
+        &format!(r#"{{"exp":{},"aud":"{AUD}"}}"#, NOW + 60),
+    );
+    assert!(matches!(
+        verify_token(&token, &emulator_keys(), NOW, any_aud),
+        Err(AuthError::Malformed(_))
+    ));
+}
+
+#[test]
+fn padded_or_ambiguous_tokens_are_malformed() {
+    let keys = emulator_keys();
+    // base64url in a JWT is unpadded (RFC 7515 §2).
+    let padded = raw_token(
+        EMULATOR_ACCESS_KEY,
+        &format!("{HS256} "),
+        &format!(r#"{{"exp":{},"aud":"{AUD}"}}"#, NOW + 60),
+    );
+    let parts: Vec<&str> = padded.split('.').collect();
+    assert_eq!(URL_SAFE_NO_PAD.decode(parts[0]).unwrap().len() % 3, 1);
+    let with_padding = raw_token_parts(EMULATOR_ACCESS_KEY, &format!("{}==", parts[0]), parts[1]);
+    assert!(matches!(
+        verify_token(&with_padding, &keys, NOW, any_aud),
+        Err(AuthError::Malformed(_))
+    ));
+    // A registered claim given twice is rejected rather than resolved.
+    let twice = raw_token(
+        EMULATOR_ACCESS_KEY,
+        HS256,
+        &format!(
+            r#"{{"exp":{},"exp":{},"aud":"{AUD}"}}"#,
+            NOW - 3600,
+            NOW + 60
+        ),
+    );
+    assert!(matches!(
+        verify_token(&twice, &keys, NOW, any_aud),
+        Err(AuthError::Malformed(_))
+    ));
+}
+
+#[test]
+fn malformed_payload_behind_a_good_signature_is_malformed() {
+    // The signature is checked first (with the secondary key here), then the
+    // payload is parsed.
+    let keys = AccessKeys::new(EMULATOR_ACCESS_KEY.into(), Some(KEY2.into()));
+    let token = raw_token_parts(KEY2, &URL_SAFE_NO_PAD.encode(HS256), "e30!");
+    assert!(matches!(
+        verify_token(&token, &keys, NOW, any_aud),
+        Err(AuthError::Malformed(_))
+    ));
+    // Under a key that does not match, it is a signature failure.
+    assert_eq!(
+        verify_token(&token, &emulator_keys(), NOW, any_aud),
+        Err(AuthError::BadSignature)
+    );
 }
 
 #[test]
