@@ -2,6 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +41,9 @@ pub struct Hub {
     users: Sharded<HashMap<UserId, ConnectionMap>>,
     groups: Sharded<HashMap<GroupName, ConnectionMap>>,
     user_groups: Sharded<HashMap<UserId, UserGroups>>,
-    connection_count: AtomicUsize,
+    /// Connection count; a mutex (not an atomic) so that the first/last reports of the hub
+    /// channel are made in the order the count changed.
+    connection_count: Mutex<usize>,
     json_count: AtomicUsize,
     messagepack_count: AtomicUsize,
     interest: Arc<dyn Interest>,
@@ -53,7 +57,7 @@ impl Hub {
             users: Sharded::new(),
             groups: Sharded::new(),
             user_groups: Sharded::new(),
-            connection_count: AtomicUsize::new(0),
+            connection_count: Mutex::new(0),
             json_count: AtomicUsize::new(0),
             messagepack_count: AtomicUsize::new(0),
             interest,
@@ -65,7 +69,7 @@ impl Hub {
     }
 
     pub fn connection_count(&self) -> usize {
-        self.connection_count.load(Ordering::Relaxed)
+        *self.connection_count.lock()
     }
 
     /// Which of the service-encoded protocols have connections, so a sender encodes only those.
@@ -95,22 +99,25 @@ impl Hub {
             }
             shard.insert(id.clone(), connection.clone());
         }
-        if self.connection_count.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.interest.changed(Channel::Hub(self.name.clone()), true);
+        {
+            let mut count = self.connection_count.lock();
+            *count += 1;
+            if *count == 1 {
+                self.interest.changed(Channel::Hub(self.name.clone()), true);
+            }
         }
         if let Some(counter) = self.protocol_counter(connection.protocol()) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(user) = connection.user() {
-            let first = {
+            {
                 let mut shard = self.users.shard(user).write();
                 let map = shard.entry(user.clone()).or_default();
                 map.insert(id.clone(), connection.clone());
-                map.len() == 1
-            };
-            if first {
-                self.interest
-                    .changed(Channel::User(self.name.clone(), user.clone()), true);
+                if map.len() == 1 {
+                    self.interest
+                        .changed(Channel::User(self.name.clone(), user.clone()), true);
+                }
             }
             for group in self.user_group_list(user, Instant::now()) {
                 self.join(&connection, &group);
@@ -122,36 +129,34 @@ impl Hub {
     /// Removes a connection from every index. Returns it if it was registered.
     pub fn remove_connection(&self, id: &ConnectionId) -> Option<Arc<Connection>> {
         let connection = self.connections.shard(id).write().remove(id)?;
-        let groups = connection.groups.lock().take().unwrap_or_default();
-        for group in &groups {
-            self.unindex_group_member(group, id);
+        {
+            // Taking the list (leaving `None`) under its lock also refuses later joins.
+            let mut own = connection.groups.lock();
+            for group in own.take().unwrap_or_default() {
+                self.unindex_group_member(&group, id);
+            }
         }
         if let Some(user) = connection.user() {
-            let last = {
-                let mut shard = self.users.shard(user).write();
-                match shard.get_mut(user) {
-                    Some(map) => {
-                        map.remove(id);
-                        let empty = map.is_empty();
-                        if empty {
-                            shard.remove(user);
-                        }
-                        empty
-                    }
-                    None => false,
+            let mut shard = self.users.shard(user).write();
+            if let Some(map) = shard.get_mut(user) {
+                map.remove(id);
+                if map.is_empty() {
+                    shard.remove(user);
+                    self.interest
+                        .changed(Channel::User(self.name.clone(), user.clone()), false);
                 }
-            };
-            if last {
-                self.interest
-                    .changed(Channel::User(self.name.clone(), user.clone()), false);
             }
         }
         if let Some(counter) = self.protocol_counter(connection.protocol()) {
             counter.fetch_sub(1, Ordering::Relaxed);
         }
-        if self.connection_count.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.interest
-                .changed(Channel::Hub(self.name.clone()), false);
+        {
+            let mut count = self.connection_count.lock();
+            *count -= 1;
+            if *count == 0 {
+                self.interest
+                    .changed(Channel::Hub(self.name.clone()), false);
+            }
         }
         Some(connection)
     }
@@ -192,21 +197,20 @@ impl Hub {
     }
 
     fn join(&self, connection: &Arc<Connection>, group: &GroupName) -> bool {
-        let first = {
-            let mut own = connection.groups.lock();
-            let Some(own) = own.as_mut() else {
-                return false; // the connection is leaving
-            };
-            if own.contains(group) {
-                return true;
-            }
-            own.push(group.clone());
-            let mut shard = self.groups.shard(group).write();
-            let members = shard.entry(group.clone()).or_default();
-            members.insert(connection.id().clone(), connection.clone());
-            members.len() == 1
+        let mut own = connection.groups.lock();
+        let Some(own) = own.as_mut() else {
+            return false; // the connection is leaving
         };
-        if first {
+        if own.contains(group) {
+            return true;
+        }
+        own.push(group.clone());
+        let mut shard = self.groups.shard(group).write();
+        let members = shard.entry(group.clone()).or_default();
+        let added = members
+            .insert(connection.id().clone(), connection.clone())
+            .is_none();
+        if added && members.len() == 1 {
             self.interest
                 .changed(Channel::Group(self.name.clone(), group.clone()), true);
         }
@@ -218,19 +222,14 @@ impl Hub {
         let Some(connection) = self.connection(id) else {
             return false;
         };
-        let was_member = {
-            let mut own = connection.groups.lock();
-            match own.as_mut() {
-                Some(own) => {
-                    let before = own.len();
-                    own.retain(|g| g != group);
-                    own.len() != before
-                }
-                None => false,
+        // The connection's own list stays locked until the index agrees with it.
+        let mut own = connection.groups.lock();
+        if let Some(own) = own.as_mut() {
+            let before = own.len();
+            own.retain(|g| g != group);
+            if own.len() != before {
+                self.unindex_group_member(group, id);
             }
-        };
-        if was_member {
-            self.unindex_group_member(group, id);
         }
         true
     }
@@ -239,33 +238,23 @@ impl Hub {
         let Some(connection) = self.connection(id) else {
             return;
         };
-        let groups = match connection.groups.lock().as_mut() {
-            Some(own) => std::mem::take(own),
-            None => return,
-        };
-        for group in &groups {
-            self.unindex_group_member(group, id);
+        let mut own = connection.groups.lock();
+        if let Some(own) = own.as_mut() {
+            for group in std::mem::take(own) {
+                self.unindex_group_member(&group, id);
+            }
         }
     }
 
+    /// Removes one member from a group's index; the caller holds the member's group list.
     fn unindex_group_member(&self, group: &GroupName, id: &ConnectionId) {
-        let last = {
-            let mut shard = self.groups.shard(group).write();
-            match shard.get_mut(group) {
-                Some(members) => {
-                    members.remove(id);
-                    let empty = members.is_empty();
-                    if empty {
-                        shard.remove(group);
-                    }
-                    empty
-                }
-                None => false,
+        let mut shard = self.groups.shard(group).write();
+        if let Some(members) = shard.get_mut(group) {
+            if members.remove(id).is_some() && members.is_empty() {
+                shard.remove(group);
+                self.interest
+                    .changed(Channel::Group(self.name.clone(), group.clone()), false);
             }
-        };
-        if last {
-            self.interest
-                .changed(Channel::Group(self.name.clone(), group.clone()), false);
         }
     }
 

@@ -9,9 +9,11 @@
 //!   so the node can subscribe and unsubscribe backplane channels.
 //!
 //! # Lock order
-//! `Router::hubs` → `Connection::groups` → any one index shard. No shard lock is held while
-//! another shard is locked, no lock is held across `.await`, and [`Interest`] is called with
-//! no lock held.
+//! `Router::hubs` → `Connection::groups` → any one index shard (or the hub's count) →
+//! whatever [`Interest`] takes. No shard lock is held while another shard is locked and no
+//! lock is held across `.await`. [`Interest`] is called with the lock of the index whose
+//! first/last member changed still held, so the reports of one channel arrive in the order
+//! the changes happened; an `Interest` must therefore never call back into the router.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -31,6 +33,7 @@ use switchyard_core::{Channel, HubName, Message};
 
 /// Receives first-member / last-member changes of channels on this node.
 pub trait Interest: Send + Sync {
+    /// Called with an index lock held (see the lock order): never call back into the router.
     fn changed(&self, channel: Channel, interested: bool);
 }
 
