@@ -29,6 +29,8 @@ use tokio::net::TcpListener;
 
 /// How long shutdown waits for clients to receive their Close message.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
+/// How long in-flight responses may take after the drain before the server stops anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// The service's HTTP routes for a node.
 pub fn routes(node: Arc<Node>) -> HttpRouter {
@@ -48,12 +50,24 @@ pub async fn serve(
     let heartbeat = tokio::spawn(node.clone().heartbeat());
     let app = routes(node.clone());
     let closing = node.clone();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            closing.close_all_clients(SHUTDOWN_DRAIN).await;
-        })
-        .await;
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        closing.close_all_clients(SHUTDOWN_DRAIN).await;
+        let _ = stopping.send(());
+    });
+    // Responses still in flight after the drain (e.g. an event stream to a client that stopped
+    // reading) get a bounded grace period, then the server stops regardless.
+    let result = tokio::select! {
+        result = server => result,
+        _ = async {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => Ok(()),
+    };
     heartbeat.abort();
     result
 }

@@ -188,6 +188,9 @@ impl Node {
         for client in self.all_clients() {
             if let Some(expired) = client.check_timers(self, now_ms, now_unix) {
                 match expired {
+                    crate::client::Expiry::Close(CloseReason::HandshakeTimeout) => {
+                        client.refuse_late_handshake();
+                    }
                     crate::client::Expiry::Close(reason) => client.connection.close(reason),
                     crate::client::Expiry::Discard => self.finish(&client),
                 }
@@ -198,7 +201,11 @@ impl Node {
     /// Closes every client (allow-reconnect) and waits up to `drain` for them to go.
     pub async fn close_all_clients(&self, drain: Duration) {
         for client in self.all_clients() {
-            client.connection.close(CloseReason::ServiceShutdown);
+            if client.transport().is_none() {
+                self.finish(&client); // negotiated but never connected: nobody to tell
+            } else {
+                client.connection.close(CloseReason::ServiceShutdown);
+            }
         }
         let deadline = Instant::now() + drain;
         while self.client_connection_count() > 0 && Instant::now() < deadline {

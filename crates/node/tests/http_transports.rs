@@ -483,3 +483,51 @@ async fn close_on_auth_expiry() {
         other => panic!("expected Close, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn an_abandoned_long_poll_does_not_keep_the_connection() {
+    let mut config = switchyard_node::Config::default();
+    config.timeouts.long_poll_inactivity = Duration::from_millis(1000);
+    let server = TestServer::start_with(config).await;
+    let http = Http::new(&server, "chat");
+    let id = http.negotiate().await;
+    http.poll(&id).await;
+    http.post(&id, HANDSHAKE_JSON).await;
+    http.poll(&id).await;
+    let pending = tokio::spawn({
+        let client = http.client.clone();
+        let url = http.url(&id);
+        let token = http.token.clone();
+        async move { client.get(url).bearer_auth(token).send().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pending.abort(); // the client goes away mid-poll
+    eventually("abandoned connection dropped", WAIT, || {
+        server.node.client_connection_count() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn delete_after_an_abandoned_poll_ends_the_connection() {
+    let server = TestServer::start().await;
+    let http = Http::new(&server, "chat");
+    let id = http.negotiate().await;
+    http.poll(&id).await;
+    http.post(&id, HANDSHAKE_JSON).await;
+    http.poll(&id).await;
+    let pending = tokio::spawn({
+        let client = http.client.clone();
+        let url = http.url(&id);
+        let token = http.token.clone();
+        async move { client.get(url).bearer_auth(token).send().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pending.abort();
+    assert_eq!(http.delete(&id).await.status(), 202);
+    eventually("deleted", WAIT, || {
+        server.node.client_connection_count() == 0
+    })
+    .await;
+    assert_eq!(http.delete(&id).await.status(), 404);
+}

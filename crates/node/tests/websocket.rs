@@ -365,6 +365,14 @@ async fn handshake_timeout_closes_the_socket() {
     .unwrap();
     let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     use futures_util::StreamExt;
+    let reply = within("handshake error", WAIT, socket.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        reply.into_text().unwrap().as_str(),
+        "{\"error\":\"Handshake was canceled.\"}\u{1e}"
+    );
     let next = within("closed", WAIT, socket.next()).await;
     assert!(
         matches!(
@@ -502,4 +510,44 @@ async fn a_flood_of_connects_is_refused_clearly_and_bystanders_keep_receiving() 
     })
     .await;
     negotiate(&url, &token, 1).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_close_frame_is_answered_with_a_clean_close() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let server = TestServer::start().await;
+    let token = server.token("chat", None);
+    let request = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+        format!("{}&access_token={token}", server.ws_url("chat", None)),
+    )
+    .unwrap();
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    socket
+        .send(Message::Text(
+            "{\"protocol\":\"messagepack\",\"version\":1}\u{1e}".into(),
+        ))
+        .await
+        .unwrap();
+    // MessagePack connections get binary frames from the handshake response on.
+    let reply = within("handshake", WAIT, socket.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply, Message::Binary(bytes::Bytes::from_static(b"{}\x1e")));
+    socket.close(None).await.unwrap();
+    let mut answered = false;
+    while let Some(message) = within("close reply", WAIT, socket.next()).await {
+        if let Ok(Message::Close(frame)) = message {
+            let code = frame.map(|f| u16::from(f.code));
+            assert!(code.is_none() || code == Some(1000), "{code:?}");
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "the server answered the close frame");
+    eventually("removed", WAIT, || {
+        server.node.client_connection_count() == 0
+    })
+    .await;
 }

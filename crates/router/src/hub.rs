@@ -93,24 +93,30 @@ impl Hub {
     pub fn add_connection(&self, connection: Arc<Connection>) -> bool {
         let id = connection.id().clone();
         {
-            let mut shard = self.connections.shard(&id).write();
-            if shard.contains_key(&id) {
-                return false;
+            // Registration happens under the connection's group lock, so a concurrent
+            // removal of the same connection sees it whole or not at all.
+            let own = connection.groups.lock();
+            if own.is_none() {
+                return false; // already removed
             }
-            shard.insert(id.clone(), connection.clone());
-        }
-        {
-            let mut count = self.connection_count.lock();
-            *count += 1;
-            if *count == 1 {
-                self.interest.changed(Channel::Hub(self.name.clone()), true);
-            }
-        }
-        if let Some(counter) = self.protocol_counter(connection.protocol()) {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(user) = connection.user() {
             {
+                let mut shard = self.connections.shard(&id).write();
+                if shard.contains_key(&id) {
+                    return false;
+                }
+                shard.insert(id.clone(), connection.clone());
+            }
+            {
+                let mut count = self.connection_count.lock();
+                *count += 1;
+                if *count == 1 {
+                    self.interest.changed(Channel::Hub(self.name.clone()), true);
+                }
+            }
+            if let Some(counter) = self.protocol_counter(connection.protocol()) {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(user) = connection.user() {
                 let mut shard = self.users.shard(user).write();
                 let map = shard.entry(user.clone()).or_default();
                 map.insert(id.clone(), connection.clone());
@@ -119,6 +125,8 @@ impl Hub {
                         .changed(Channel::User(self.name.clone(), user.clone()), true);
                 }
             }
+        }
+        if let Some(user) = connection.user() {
             for group in self.user_group_list(user, Instant::now()) {
                 self.join(&connection, &group);
             }
@@ -128,13 +136,14 @@ impl Hub {
 
     /// Removes a connection from every index. Returns it if it was registered.
     pub fn remove_connection(&self, id: &ConnectionId) -> Option<Arc<Connection>> {
-        let connection = self.connections.shard(id).write().remove(id)?;
-        {
-            // Taking the list (leaving `None`) under its lock also refuses later joins.
-            let mut own = connection.groups.lock();
-            for group in own.take().unwrap_or_default() {
-                self.unindex_group_member(&group, id);
-            }
+        let connection = self.connection(id)?;
+        // Taking the group list (leaving `None`) under its lock refuses later joins and
+        // makes a concurrent second removal a no-op.
+        let mut own = connection.groups.lock();
+        let groups = own.take()?;
+        self.connections.shard(id).write().remove(id);
+        for group in &groups {
+            self.unindex_group_member(group, id);
         }
         if let Some(user) = connection.user() {
             let mut shard = self.users.shard(user).write();
@@ -158,6 +167,7 @@ impl Hub {
                     .changed(Channel::Hub(self.name.clone()), false);
             }
         }
+        drop(own);
         Some(connection)
     }
 

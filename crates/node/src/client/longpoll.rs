@@ -23,6 +23,8 @@ pub(crate) struct PollState {
     pub(crate) stream_active: AtomicBool,
     started: AtomicBool,
     active: AtomicBool,
+    /// Numbers polls so that only the newest one marks the end of polling.
+    generation: AtomicU64,
     last_poll_end_ms: AtomicU64,
     /// Completes the poll in progress when a newer one arrives.
     cancel: Mutex<Option<oneshot::Sender<()>>>,
@@ -66,16 +68,41 @@ pub(super) async fn poll(node: Arc<Node>, client: Arc<ClientConnection>) -> Resp
         return no_cache(StatusCode::OK, "application/octet-stream", Bytes::new());
     }
     let (cancel_tx, cancel_rx) = oneshot::channel();
-    if let Some(previous) = state.cancel.lock().replace(cancel_tx) {
-        let _ = previous.send(());
+    let generation = {
+        let mut cancel = state.cancel.lock();
+        if let Some(previous) = cancel.replace(cancel_tx) {
+            let _ = previous.send(());
+        }
+        state.active.store(true, Ordering::Relaxed);
+        state.generation.fetch_add(1, Ordering::AcqRel) + 1
+    };
+    // Runs when the poll answers or when the client abandons it (the future is dropped).
+    let _end = PollEnd {
+        node: &node,
+        state,
+        generation,
+    };
+    wait_for_data(&node, &client, cancel_rx).await
+}
+
+/// Marks the end of the newest poll: an older poll that a newer one superseded leaves the
+/// newer one's state alone.
+struct PollEnd<'a> {
+    node: &'a Node,
+    state: &'a PollState,
+    generation: u64,
+}
+
+impl Drop for PollEnd<'_> {
+    fn drop(&mut self) {
+        let _cancel = self.state.cancel.lock();
+        if self.state.generation.load(Ordering::Acquire) == self.generation {
+            self.state
+                .last_poll_end_ms
+                .store(self.node.now_ms(), Ordering::Relaxed);
+            self.state.active.store(false, Ordering::Relaxed);
+        }
     }
-    state.active.store(true, Ordering::Relaxed);
-    let response = wait_for_data(&node, &client, cancel_rx).await;
-    state
-        .last_poll_end_ms
-        .store(node.now_ms(), Ordering::Relaxed);
-    state.active.store(false, Ordering::Relaxed);
-    response
 }
 
 async fn wait_for_data(
@@ -86,19 +113,26 @@ async fn wait_for_data(
     let outbound = client.connection.outbound();
     let mut batch = Vec::new();
     let next = tokio::select! {
-        next = outbound.next_batch(&mut batch) => next,
+        // A superseded poll must not take data its client will never read.
+        biased;
         _ = cancelled => return no_cache(StatusCode::NO_CONTENT, "text/plain", Bytes::new()),
+        next = outbound.next_batch(&mut batch) => next,
         _ = tokio::time::sleep(node.config.timeouts.long_poll_timeout) => {
             return no_cache(StatusCode::OK, "text/plain", Bytes::new());
         }
     };
     match next {
         Batch::Frames => {
-            let mut body = BytesMut::new();
-            for frame in batch {
-                body.extend_from_slice(&frame);
-            }
-            no_cache(StatusCode::OK, "application/octet-stream", body.freeze())
+            let body = if batch.len() == 1 {
+                batch.pop().expect("one frame")
+            } else {
+                let mut body = BytesMut::with_capacity(batch.iter().map(Bytes::len).sum());
+                for frame in batch {
+                    body.extend_from_slice(&frame);
+                }
+                body.freeze()
+            };
+            no_cache(StatusCode::OK, "application/octet-stream", body)
         }
         Batch::Close(reason) => {
             let close = (reason != CloseReason::ClientClosed
@@ -123,11 +157,8 @@ pub(super) fn delete(node: Arc<Node>, client: Arc<ClientConnection>) -> Response
             "Cannot terminate this connection using the DELETE endpoint.",
         );
     }
-    client.connection.close(CloseReason::ClientClosed);
-    // A pending poll sees the close and answers 204; with none pending, finish now.
-    if !client.poll.active.load(Ordering::Relaxed) {
-        node.finish(&client);
-    }
+    // A pending poll sees the close and answers 204.
+    node.finish(&client);
     (
         StatusCode::ACCEPTED,
         [(header::CONTENT_TYPE, "text/plain")],

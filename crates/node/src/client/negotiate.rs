@@ -23,13 +23,13 @@ pub(super) async fn negotiate(State(node): State<Arc<Node>>, request: Request) -
     };
     let version = match query.get("negotiateVersion") {
         None => 0,
-        Some(text) => match text.parse::<i64>() {
+        Some(text) => match text.parse::<i32>() {
             Ok(v) if v < 0 => {
                 return json_body(json!({"error": format!(
                     "The client requested version '{v}', but the server does not support this version."
                 )}))
             }
-            Ok(v) => v.min(1),
+            Ok(v) => i64::from(v.min(1)),
             Err(_) => {
                 return json_body(
                     json!({"error": "The client requested a non-integer protocol version."}),

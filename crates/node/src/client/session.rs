@@ -138,6 +138,12 @@ impl ClientConnection {
                 "connection id already in use".into(),
             ));
         }
+        // The connection may have been finished (stream dropped, DELETE, timeout) while this
+        // handshake ran; finishing removes it from the hub only if it was already added.
+        if self.is_finished() {
+            self.hub.remove_connection(self.connection.id());
+            return Err(CloseReason::ClientClosed);
+        }
         self.handshake_done.store(true, Ordering::Relaxed);
         Ok(Some(FrameSplitter::new(format, max)))
     }
@@ -146,7 +152,23 @@ impl ClientConnection {
         self.connection
             .outbound()
             .push(Bytes::from(handshake::encode_error_response(error)));
-        CloseReason::ProtocolError(error.to_string())
+        if error == "Handshake was canceled." {
+            CloseReason::HandshakeTimeout
+        } else {
+            CloseReason::ProtocolError(error.to_string())
+        }
+    }
+
+    /// The handshake timed out: answer it as ASP.NET does, then close. Skipped if a
+    /// handshake is being processed right now (it decides; the next tick checks again).
+    pub(crate) fn refuse_late_handshake(&self) {
+        let Ok(_inbound) = self.inbound.try_lock() else {
+            return;
+        };
+        if !self.handshake_done() {
+            self.connection
+                .close(self.refuse_handshake("Handshake was canceled."));
+        }
     }
 
     pub(crate) fn handshake_done(&self) -> bool {

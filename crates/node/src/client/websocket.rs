@@ -13,7 +13,7 @@ use switchyard_auth::VerifiedToken;
 use switchyard_core::{CloseReason, HubName};
 use switchyard_hub_protocol::{ping, Format};
 use switchyard_router::Batch;
-use tokio::time::{sleep_until, timeout, Instant};
+use tokio::time::{timeout, Instant};
 
 use super::{create_client, ClientConnection, Transport};
 use crate::http::text_error;
@@ -38,6 +38,7 @@ pub(super) fn connect(
     id: Option<String>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    let id_less = id.is_none();
     let client = match id {
         Some(id) => match node.client(&id) {
             Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
@@ -60,6 +61,9 @@ pub(super) fn connect(
         );
     }
     if let Err(error) = client.start_transport(&node, Transport::WebSockets) {
+        if id_less {
+            node.finish(&client);
+        }
         return error.into_response();
     }
     // One WebSocket message may batch several hub messages (the JS client does), so the
@@ -108,8 +112,8 @@ async fn run(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
     let keep_alive = node.config.timeouts.keep_alive_interval;
     let outbound = client.connection.outbound();
     let mut batch = Vec::new();
-    let mut frames_written: u64 = 0;
-    let mut last_write = Instant::now();
+    let ping_due = tokio::time::sleep(keep_alive);
+    tokio::pin!(ping_due);
     let close_reason = loop {
         tokio::select! {
             incoming = socket.recv() => {
@@ -117,7 +121,12 @@ async fn run(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
                     Some(Ok(WsMessage::Text(text))) => Bytes::from(text),
                     Some(Ok(WsMessage::Binary(data))) => data,
                     Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
-                    Some(Ok(WsMessage::Close(_))) | None => break None,
+                    Some(Ok(WsMessage::Close(_))) | None => {
+                        // Send the queued close reply so the client sees a clean 1000 close.
+                        node.finish(client);
+                        let _ = timeout(SEND_TIMEOUT, socket.flush()).await;
+                        return;
+                    }
                     Some(Err(error)) => break Some(CloseReason::ProtocolError(error.to_string())),
                 };
                 let mut inbound = client.inbound.lock().await;
@@ -127,60 +136,55 @@ async fn run(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
             }
             next = outbound.next_batch(&mut batch) => match next {
                 Batch::Frames => {
-                    let binary = client
-                        .connection
-                        .protocol()
-                        .and_then(Format::from_protocol)
-                        == Some(Format::MessagePack);
+                    let binary = is_binary(client);
                     for frame in batch.drain(..) {
-                        // The handshake response is always the first frame, and always text.
-                        let message = if binary && frames_written > 0 {
-                            WsMessage::Binary(frame)
-                        } else {
-                            WsMessage::Text(text_frame(frame))
-                        };
-                        frames_written += 1;
-                        if !feed(&mut socket, message).await {
+                        if !feed(&mut socket, ws_message(binary, frame)).await {
                             return;
                         }
                     }
                     if !flush(&mut socket).await {
                         return;
                     }
-                    last_write = Instant::now();
+                    ping_due.as_mut().reset(Instant::now() + keep_alive);
                 }
                 Batch::Close(reason) => break Some(reason),
             },
-            _ = sleep_until(last_write + keep_alive), if client.handshake_done() => {
-                let format = client.connection.protocol().and_then(Format::from_protocol).unwrap_or(Format::Json);
-                let message = match format {
-                    Format::Json => WsMessage::Text(text_frame(ping(format))),
-                    Format::MessagePack => WsMessage::Binary(ping(format)),
-                };
-                if !feed(&mut socket, message).await || !flush(&mut socket).await {
+            _ = &mut ping_due, if client.handshake_done() => {
+                let binary = is_binary(client);
+                let format = if binary { Format::MessagePack } else { Format::Json };
+                if !feed(&mut socket, ws_message(binary, ping(format))).await
+                    || !flush(&mut socket).await
+                {
                     return;
                 }
-                last_write = Instant::now();
+                ping_due.as_mut().reset(Instant::now() + keep_alive);
             }
         }
     };
     let Some(reason) = close_reason else {
-        return; // the client closed; nothing more to say
+        return;
     };
     tracing::debug!(connection = %client.connection.id(), reason = reason.code(), "closing websocket");
     if let Some(close) = client.close_frame(&reason) {
-        let binary = client.connection.protocol().and_then(Format::from_protocol)
-            == Some(Format::MessagePack);
-        let message = if binary {
-            WsMessage::Binary(close)
-        } else {
-            WsMessage::Text(text_frame(close))
-        };
-        if !feed(&mut socket, message).await {
+        if !feed(&mut socket, ws_message(is_binary(client), close)).await {
             return;
         }
     }
     close_socket(node, client, socket).await;
+}
+
+/// Whether this connection's frames go out binary: MessagePack connections, from the
+/// handshake response on (ASP.NET sets the transfer format before answering the handshake).
+fn is_binary(client: &ClientConnection) -> bool {
+    client.connection.protocol().and_then(Format::from_protocol) == Some(Format::MessagePack)
+}
+
+fn ws_message(binary: bool, frame: Bytes) -> WsMessage {
+    if binary {
+        WsMessage::Binary(frame)
+    } else {
+        WsMessage::Text(text_frame(frame))
+    }
 }
 
 /// JSON frames are UTF-8 by construction (handshake, service-encoded JSON, app payloads that a
