@@ -19,6 +19,7 @@
 #   NO_BUILD=1          skip `cargo build`
 #   KEEP_LOGS=1         keep the working directory with the service and generator logs
 #   SERVICE_ARGS="..."  extra arguments for `switchyard serve`
+#   IDLE_ARGS="..."     extra arguments for the idle example (e.g. "--user-prefix u")
 set -euo pipefail
 
 CONNECTIONS="${1:-${CONNECTIONS:-10000}}"
@@ -28,6 +29,7 @@ SETTLE="${SETTLE:-10}"
 HOLD_EXTRA="${HOLD_EXTRA:-10}"
 PROCESSES="${PROCESSES:-auto}"
 SERVICE_ARGS="${SERVICE_ARGS:-}"
+IDLE_ARGS="${IDLE_ARGS:-}"
 
 die() { echo "measure-idle: $*" >&2; exit 1; }
 log() { echo "measure-idle: $*" >&2; }
@@ -78,7 +80,13 @@ cleanup() {
         done
         kill -KILL "$SERVICE_PID" 2>/dev/null || true
     fi
-    if [[ -n "$WATCHDOG_PID" ]]; then kill "$WATCHDOG_PID" 2>/dev/null || true; fi
+    if [[ -n "$WATCHDOG_PID" ]]; then
+        # The watchdog is a subshell running `sleep`: stop both, or the sleep lingers.
+        local sleeper
+        sleeper="$(pgrep -P "$WATCHDOG_PID" || true)"
+        kill "$WATCHDOG_PID" 2>/dev/null || true
+        [[ -n "$sleeper" ]] && kill $sleeper 2>/dev/null || true
+    fi
     wait 2>/dev/null || true
     if [[ -n "${KEEP_LOGS:-}" ]]; then
         log "logs kept in $WORK"
@@ -131,7 +139,7 @@ for i in $(seq 0 $(( PROCESSES - 1 ))); do
     timeout --kill-after=5 $(( RAMP_SECONDS + HOLD + 30 )) \
         "$IDLE_BIN" --endpoint "$ENDPOINT" --hub idle --connections "$n" --rate "$PROC_RATE" \
         --hold-seconds "$(( SETTLE + HOLD_EXTRA ))" --ramp-timeout "$RAMP_SECONDS" \
-        --protocol "$PROTOCOL" --label "gen$i" >"$WORK/gen$i.out" 2>"$WORK/gen$i.err" &
+        --protocol "$PROTOCOL" --label "gen$i" $IDLE_ARGS >"$WORK/gen$i.out" 2>"$WORK/gen$i.err" &
     GEN_PIDS+=($!)
 done
 log "started $PROCESSES generator(s) for $CONNECTIONS connections at ${RATE}/s"

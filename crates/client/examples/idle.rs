@@ -250,12 +250,13 @@ async fn run(flags: Flags) -> bool {
     let established = stats.established.load(Relaxed);
     let dropped = stats.dropped.load(Relaxed);
     println!(
-        "{label}SUMMARY connections={connections} established={established} failed={} dropped={dropped} open_at_end={} pings={} other_messages={} ramp_seconds={ramp_seconds:.1} hold_seconds={:.1}",
+        "{label}SUMMARY connections={connections} established={established} failed={} dropped={dropped} open_at_end={} pings={} other_messages={} ramp_seconds={ramp_seconds:.1} hold_seconds={:.1} generator_rss_kb={}",
         connections - established,
         established - dropped,
         stats.pings.load(Relaxed),
         stats.other_messages.load(Relaxed),
         hold_start.elapsed().as_secs_f64(),
+        common::rss_kb(std::process::id()).unwrap_or(0),
     );
     stats.errors.print(&format!("{label}ERROR"));
     established == connections && dropped == 0
