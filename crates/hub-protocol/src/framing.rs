@@ -70,6 +70,18 @@ impl FrameSplitter {
     /// buffered without a record separator, for MessagePack as soon as the length prefix
     /// has been read.
     pub fn next_frame(&self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        self.next_frame_resuming(buf, &mut 0)
+    }
+
+    /// [`next_frame`](Self::next_frame) for a caller that keeps `scanned` between calls: the
+    /// number of leading bytes of `buf` already known to hold no record separator. A JSON
+    /// message arriving in many small pieces is then searched once, not once per piece
+    /// (which would be quadratic in its size). Keep `scanned` at 0 for a new buffer.
+    pub fn next_frame_resuming(
+        &self,
+        buf: &mut BytesMut,
+        scanned: &mut usize,
+    ) -> Result<Option<Frame>, FrameError> {
         let too_large = FrameError::TooLarge {
             limit: self.max_message_size,
         };
@@ -77,14 +89,25 @@ impl FrameSplitter {
             Format::Json => {
                 // Only the first limit + 1 bytes can hold the separator of an acceptable body.
                 let window = buf.len().min(self.max_message_size.saturating_add(1));
-                match buf[..window].iter().position(|&b| b == RECORD_SEPARATOR) {
-                    Some(end) => Ok(Some(Frame {
-                        framed: buf.split_to(end + 1).freeze(),
-                        body_start: 0,
-                        body_end: end,
-                    })),
+                let start = (*scanned).min(window);
+                match buf[start..window]
+                    .iter()
+                    .position(|&b| b == RECORD_SEPARATOR)
+                {
+                    Some(offset) => {
+                        let end = start + offset;
+                        *scanned = 0;
+                        Ok(Some(Frame {
+                            framed: buf.split_to(end + 1).freeze(),
+                            body_start: 0,
+                            body_end: end,
+                        }))
+                    }
                     None if buf.len() > self.max_message_size => Err(too_large),
-                    None => Ok(None),
+                    None => {
+                        *scanned = window;
+                        Ok(None)
+                    }
                 }
             }
             Format::MessagePack => {
@@ -128,6 +151,27 @@ mod tests {
 
     fn splitter(format: Format) -> FrameSplitter {
         FrameSplitter::new(format, 32 * 1024)
+    }
+
+    #[test]
+    fn resuming_search_finds_the_same_frames_byte_by_byte() {
+        let stream: Vec<u8> = [JSON_A, JSON_B, JSON_A].concat();
+        let splitter = splitter(Format::Json);
+        let mut buf = BytesMut::new();
+        let mut scanned = 0;
+        let mut frames = Vec::new();
+        for byte in &stream {
+            buf.extend_from_slice(&[*byte]);
+            while let Some(frame) = splitter
+                .next_frame_resuming(&mut buf, &mut scanned)
+                .unwrap()
+            {
+                frames.push(frame.framed);
+            }
+            assert!(scanned <= buf.len());
+        }
+        assert_eq!(frames, vec![JSON_A, JSON_B, JSON_A]);
+        assert!(buf.is_empty());
     }
 
     #[test]

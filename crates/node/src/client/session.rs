@@ -12,7 +12,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
-    encode_close, handshake, peek, Format, FrameSplitter, HandshakeError,
+    encode_close, handshake, peek, Format, FrameSplitter, HandshakeError, RECORD_SEPARATOR,
 };
 
 use super::{ClientConnection, Transport};
@@ -22,6 +22,9 @@ use crate::node::Node;
 /// Parse state of what the client sent so far.
 pub(crate) struct Inbound {
     buffer: BytesMut,
+    /// Leading bytes of `buffer` already searched for a record separator, so a message sent
+    /// in many small pieces is scanned once, not once per piece.
+    scanned: usize,
     /// `None` until the handshake succeeded.
     splitter: Option<FrameSplitter>,
 }
@@ -30,6 +33,7 @@ impl Inbound {
     pub(crate) fn new() -> Self {
         Inbound {
             buffer: BytesMut::new(),
+            scanned: 0,
             splitter: None,
         }
     }
@@ -53,6 +57,11 @@ impl ClientConnection {
             .store(node.now_ms(), Ordering::Relaxed);
         inbound.buffer.extend_from_slice(data);
         if inbound.splitter.is_none() {
+            let max = node.config.limits.max_client_message_size;
+            // The handshake ends at the first separator: parse only once one has arrived.
+            if !data.contains(&RECORD_SEPARATOR) && inbound.buffer.len() <= max {
+                return Ok(());
+            }
             match self.handshake(node, &mut inbound.buffer)? {
                 Some(splitter) => inbound.splitter = Some(splitter),
                 None => return Ok(()),
@@ -62,7 +71,7 @@ impl ClientConnection {
         let format = splitter.format();
         loop {
             let frame = splitter
-                .next_frame(&mut inbound.buffer)
+                .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
                 .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
             let Some(frame) = frame else {
                 break;
