@@ -2,6 +2,8 @@ module switchyard/tests/compat/go
 
 go 1.23.0
 
+require github.com/philippseith/signalr v0.7.0
+
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/coder/websocket v1.8.13 // indirect
@@ -10,7 +12,6 @@ require (
 	github.com/go-task/slim-sprig v0.0.0-20230315185526-52ccab3ef572 // indirect
 	github.com/google/pprof v0.0.0-20240402174815-29b9bb013b0f // indirect
 	github.com/onsi/ginkgo/v2 v2.13.0 // indirect
-	github.com/philippseith/signalr v0.7.0 // indirect
 	github.com/quic-go/qpack v0.5.1 // indirect
 	github.com/quic-go/quic-go v0.48.2 // indirect
 	github.com/quic-go/webtransport-go v0.8.1-0.20241018022711-4ac2c9250e66 // indirect

@@ -13,6 +13,8 @@ def service():
         alive = svc.proc.poll() is None
         svc.stop()
         log = svc.log()
+        # Shown by pytest only when the test failed.
+        print(f"--- service log (port {svc.port}) ---\n{log[-20000:]}")
         assert "panicked" not in log, f"service panicked:\n{log}"
         assert alive, f"service had exited during the test:\n{log}"
 
@@ -25,3 +27,8 @@ def wire(service):
         yield rec
     finally:
         rec.close()
+        print(f"--- wire (proxy port {rec.port}) ---")
+        for r in rec.requests():
+            print(f"  {r}")
+        for e in rec.events:
+            print(f"  event: {e}")

@@ -91,10 +91,10 @@ class Service:
             raise RuntimeError(f"service binary not found: {exe} (run `cargo build -p switchyard`)")
         self.exe = exe
         self._stderr = tempfile.NamedTemporaryFile(prefix="switchyard-", suffix=".log", delete=False)
-        env = dict(os.environ)
-        env.setdefault("SWITCHYARD_LOG", "warn")
-        for var in ("SWITCHYARD_CONFIG", "SWITCHYARD_ACCESS_KEY", "SWITCHYARD_SECONDARY_ACCESS_KEY"):
-            env.pop(var, None)
+        # The service rejects unknown SWITCHYARD_* variables (such as SWITCHYARD_BIN), and any
+        # setting would change what is tested: pass none but the log level.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+        env["SWITCHYARD_LOG"] = os.environ.get("SWITCHYARD_LOG") or "warn"
         self.proc = subprocess.Popen(
             [exe, "serve", "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, env=env,
@@ -105,7 +105,8 @@ class Service:
         threading.Thread(target=self._read_stdout, daemon=True).start()
         if not self._port_ready.wait(start_timeout) or self.port is None:
             self.stop()
-            raise RuntimeError(f"service did not print its port within {start_timeout}s: {self.stdout_lines}")
+            raise RuntimeError(f"service did not print its port within {start_timeout}s: "
+                               f"{self.stdout_lines}\n{self.log()}")
         self.base = f"http://127.0.0.1:{self.port}"
 
     def _read_stdout(self):
@@ -191,11 +192,15 @@ class Service:
 _REQUEST_HEAD = re.compile(rb"(GET|POST|DELETE|PUT|OPTIONS|HEAD) (/\S*) HTTP/1\.1\r\n(.*?)\r\n\r\n", re.S)
 
 
+_STATUS_LINE = re.compile(rb"HTTP/1\.1 (\d{3}) ")
+
+
 class Request:
     def __init__(self, method: str, target: str, headers: dict):
         self.method = method
         self.target = target
         self.headers = headers
+        self.status: int | None = None
         parsed = urllib.parse.urlsplit(target)
         self.path = parsed.path
         self.query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
@@ -212,7 +217,7 @@ class Request:
         return "text/event-stream" in (self.header("accept") or "")
 
     def __repr__(self):
-        return f"{self.method} {self.target}"
+        return f"{self.method} {self.target} -> {self.status}"
 
 
 class WireRecorder:
@@ -230,30 +235,37 @@ class WireRecorder:
         self.base = f"http://127.0.0.1:{self.port}"
         self._streams: list[bytearray] = []
         self._answers: list[bytearray] = []
+        self.events: list[str] = []
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self):
         while not self._closed:
             try:
                 client, _ = self.sock.accept()
-            except OSError:
+            except OSError as err:
+                if not self._closed:
+                    self.events.append(f"accept failed: {err!r}")
                 return
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
                 upstream.settimeout(None)
-            except OSError:
+            except OSError as err:
+                self.events.append(f"upstream connect failed: {err!r}")
                 client.close()
                 continue
             sent, answered = bytearray(), bytearray()
             with self._lock:
                 self._streams.append(sent)
                 self._answers.append(answered)
-            threading.Thread(target=self._pump, args=(client, upstream, sent, answered), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, sent, answered, self.events),
+                             daemon=True).start()
 
     @staticmethod
-    def _pump(client: socket.socket, upstream: socket.socket, sent: bytearray, answered: bytearray):
+    def _pump(client: socket.socket, upstream: socket.socket, sent: bytearray, answered: bytearray,
+              events: list):
         peers = {client: upstream, upstream: client}
         open_reads = {client, upstream}
         try:
@@ -275,25 +287,35 @@ class WireRecorder:
                     if len(record) < 1 << 20:
                         record.extend(data)
                     peers[s].sendall(data)
-        except OSError:
-            pass
+        except OSError as err:
+            events.append(f"pump {client.fileno()}<->{upstream.fileno()}: {err!r}")
         finally:
             client.close()
             upstream.close()
 
     def requests(self) -> list[Request]:
+        """Every request head the client sent, in connection order; `.status` is the status
+        code of the matching response (None if none came)."""
         out = []
         with self._lock:
-            streams = [bytes(b) for b in self._streams]
-        for stream in streams:
-            for m in _REQUEST_HEAD.finditer(stream):
+            pairs = [(bytes(a), bytes(b)) for a, b in zip(self._streams, self._answers)]
+        for sent, answered in pairs:
+            statuses = [int(m.group(1)) for m in _STATUS_LINE.finditer(answered)]
+            for i, m in enumerate(_REQUEST_HEAD.finditer(sent)):
                 headers = {}
                 for line in m.group(3).split(b"\r\n"):
                     if b":" in line:
                         k, v = line.split(b":", 1)
                         headers[k.strip().lower().decode("latin-1")] = v.strip().decode("latin-1")
-                out.append(Request(m.group(1).decode(), m.group(2).decode("latin-1"), headers))
+                req = Request(m.group(1).decode(), m.group(2).decode("latin-1"), headers)
+                req.status = statuses[i] if i < len(statuses) else None
+                out.append(req)
         return out
+
+    def sent_streams(self) -> list[bytes]:
+        """The raw bytes the client sent, one entry per TCP connection."""
+        with self._lock:
+            return [bytes(b) for b in self._streams]
 
     def negotiate_responses(self) -> list[dict]:
         """Every negotiate response body seen (JSON objects starting with negotiateVersion)."""
@@ -311,11 +333,15 @@ class WireRecorder:
         return out
 
     def close(self):
+        # shutdown() wakes the blocked accept(); a bare close() would not, and that thread
+        # could later resume accept() on a reused descriptor number and steal connections.
         self._closed = True
         try:
-            self.sock.close()
+            self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        self._acceptor.join(5)
+        self.sock.close()
 
 
 # ---------------------------------------------------------------------------
