@@ -7,7 +7,7 @@
 # `N passed, M failed` (`, K skipped` when a suite was skipped). Exit status 1 on any failure.
 #
 # Environment:
-#   SWITCHYARD_BIN     service binary (default: <repo>/target/debug/switchyard)
+#   TEST_SWITCHYARD_BIN     service binary (default: <repo>/target/debug/switchyard)
 #   COMPAT_BUILD=1     run `cargo build -p switchyard` even if the binary exists
 #   COMPAT_SKIP_JAVA=1 skip the Java suite (the only suite that may be skipped)
 #   COMPAT_ONLY=python|go|java   run one suite
@@ -20,7 +20,7 @@ REPORTS="$HERE/.reports"
 rm -rf "$REPORTS"
 mkdir -p "$REPORTS"
 
-export SWITCHYARD_BIN="${SWITCHYARD_BIN:-$ROOT/target/debug/switchyard}"
+export TEST_SWITCHYARD_BIN="${TEST_SWITCHYARD_BIN:-$ROOT/target/debug/switchyard}"
 export SWITCHYARD_LOG="${SWITCHYARD_LOG:-warn}"
 
 PASSED=0
@@ -46,7 +46,7 @@ record() { # name passed failed skipped rc
 }
 
 # --- service binary -------------------------------------------------------------
-if [ "${COMPAT_BUILD:-0}" = "1" ] || [ ! -x "$SWITCHYARD_BIN" ]; then
+if [ "${COMPAT_BUILD:-0}" = "1" ] || [ ! -x "$TEST_SWITCHYARD_BIN" ]; then
     say "building switchyard (cargo build -p switchyard)"
     if ! (cd "$ROOT" && cargo build -p switchyard); then
         echo "cargo build failed"
@@ -54,8 +54,8 @@ if [ "${COMPAT_BUILD:-0}" = "1" ] || [ ! -x "$SWITCHYARD_BIN" ]; then
         exit 1
     fi
 fi
-if [ ! -x "$SWITCHYARD_BIN" ]; then
-    echo "service binary not found: $SWITCHYARD_BIN"
+if [ ! -x "$TEST_SWITCHYARD_BIN" ]; then
+    echo "service binary not found: $TEST_SWITCHYARD_BIN"
     echo "0 passed, 1 failed"
     exit 1
 fi

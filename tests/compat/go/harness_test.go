@@ -30,7 +30,7 @@ import (
 const devKey = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGH"
 
 func binaryPath(t *testing.T) string {
-	if p := os.Getenv("SWITCHYARD_BIN"); p != "" {
+	if p := os.Getenv("TEST_SWITCHYARD_BIN"); p != "" {
 		return p
 	}
 	p, err := filepath.Abs(filepath.Join("..", "..", "..", "target", "debug", "switchyard"))

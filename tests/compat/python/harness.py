@@ -40,7 +40,7 @@ DEFAULT_BIN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "target", "d
 
 
 def binary() -> str:
-    return os.environ.get("SWITCHYARD_BIN", DEFAULT_BIN)
+    return os.environ.get("TEST_SWITCHYARD_BIN", DEFAULT_BIN)
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
@@ -91,7 +91,7 @@ class Service:
             raise RuntimeError(f"service binary not found: {exe} (run `cargo build -p switchyard`)")
         self.exe = exe
         self._stderr = tempfile.NamedTemporaryFile(prefix="switchyard-", suffix=".log", delete=False)
-        # The service rejects unknown SWITCHYARD_* variables (such as SWITCHYARD_BIN), and any
+        # The service rejects unknown SWITCHYARD_* variables, and any
         # setting would change what is tested: pass none but the log level.
         env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
         env["SWITCHYARD_LOG"] = os.environ.get("SWITCHYARD_LOG") or "warn"

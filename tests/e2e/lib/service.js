@@ -14,13 +14,13 @@ const START_TIMEOUT_MS = 20000;
 const STOP_GRACE_MS = 5000;
 
 function binaryPath() {
-  const bin = process.env.SWITCHYARD_BIN
-    ? path.resolve(process.env.SWITCHYARD_BIN)
+  const bin = process.env.TEST_SWITCHYARD_BIN
+    ? path.resolve(process.env.TEST_SWITCHYARD_BIN)
     : DEFAULT_BIN;
   if (!fs.existsSync(bin)) {
     throw new Error(
       `switchyard binary not found at ${bin}: run \`cargo build -p switchyard\` ` +
-        'in the repository root, or point SWITCHYARD_BIN at a built binary',
+        'in the repository root, or point TEST_SWITCHYARD_BIN at a built binary',
     );
   }
   return bin;
@@ -115,11 +115,13 @@ class Service {
 }
 
 function childEnv() {
-  const env = { ...process.env, SWITCHYARD_LOG: process.env.SWITCHYARD_LOG || 'warn' };
-  // Development mode: no key configured, so the emulator key is used.
-  delete env.SWITCHYARD_ACCESS_KEY;
-  delete env.SWITCHYARD_SECONDARY_ACCESS_KEY;
-  delete env.SWITCHYARD_CONFIG;
+  // No SWITCHYARD_* setting of the caller's may change what is tested (and the service refuses
+  // unknown ones): development mode, only the log level passed on.
+  const env = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!name.startsWith('SWITCHYARD_')) env[name] = value;
+  }
+  env.SWITCHYARD_LOG = process.env.SWITCHYARD_LOG || 'warn';
   return env;
 }
 

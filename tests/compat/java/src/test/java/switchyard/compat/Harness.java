@@ -44,7 +44,7 @@ final class Harness {
     private Harness() {}
 
     static String binary() {
-        String env = System.getenv("SWITCHYARD_BIN");
+        String env = System.getenv("TEST_SWITCHYARD_BIN");
         if (env != null && !env.isEmpty()) {
             return env;
         }
