@@ -7,6 +7,7 @@
 //! - `client`: the client endpoint — negotiate, WebSockets, Server-Sent Events, long polling,
 //!   and the hub-protocol session each transport feeds.
 //! - `rest`: the data-plane REST API (2022-06-01, v1, v1-preview), thin adapters over the executor.
+//! - [`metrics`]: every exported metric, served at `GET /metrics`.
 //! - [`serve`]: runs the HTTP server on a listener until a shutdown future completes.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
@@ -14,6 +15,7 @@
 mod client;
 pub mod config;
 mod http;
+pub mod metrics;
 pub mod node;
 mod rest;
 
@@ -37,7 +39,21 @@ pub fn routes(node: Arc<Node>) -> HttpRouter {
     HttpRouter::new()
         .merge(client::routes())
         .merge(rest::routes())
+        .route("/metrics", axum::routing::get(metrics))
         .with_state(node)
+}
+
+/// Prometheus text exposition of the node's metrics.
+async fn metrics(
+    axum::extract::State(node): axum::extract::State<Arc<Node>>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        node.metrics.encode(),
+    )
 }
 
 /// Runs one node on `listener` until `shutdown` completes, then closes every client with an

@@ -4,7 +4,6 @@
 //! backplane changes where messages go without changing any caller.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,16 +20,7 @@ use switchyard_router::{GroupMember, Interest, Router};
 
 use crate::client::ClientConnection;
 use crate::config::Config;
-
-/// Counters exposed by the health and metrics endpoints.
-#[derive(Default)]
-pub struct Counters {
-    pub connections_opened: AtomicU64,
-    pub connections_closed: AtomicU64,
-    pub messages_received: AtomicU64,
-    pub frames_delivered: AtomicU64,
-    pub rest_requests: AtomicU64,
-}
+use crate::metrics::{Metrics, ReasonLabel, TransportLabel};
 
 pub struct Node {
     pub(crate) config: Config,
@@ -42,7 +32,7 @@ pub struct Node {
     /// connection id for v0 and for connections made without negotiate).
     clients: RwLock<HashMap<String, Arc<ClientConnection>>>,
     started: Instant,
-    pub counters: Counters,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Subscribes this node to a channel while it has a local member.
@@ -64,11 +54,13 @@ impl Interest for BackplaneInterest {
 /// Applies what the backplane delivers to this node's router.
 struct RouterSink {
     router: Arc<Router>,
+    metrics: Arc<Metrics>,
 }
 
 impl Sink for RouterSink {
     fn receive(&self, message: &Arc<Message>) {
-        self.router.apply(message);
+        let delivered = self.router.apply(message);
+        self.metrics.frames_delivered.inc_by(delivered as u64);
     }
 }
 
@@ -95,10 +87,12 @@ impl Node {
             backplane: backplane.clone(),
             node_id: node_id.clone(),
         })));
+        let metrics = Arc::new(Metrics::default());
         backplane.attach(
             &node_id,
             Arc::new(RouterSink {
                 router: router.clone(),
+                metrics: metrics.clone(),
             }),
         );
         Arc::new(Node {
@@ -109,7 +103,7 @@ impl Node {
             backplane,
             clients: RwLock::new(HashMap::new()),
             started: Instant::now(),
-            counters: Counters::default(),
+            metrics,
         })
     }
 
@@ -139,9 +133,7 @@ impl Node {
             return false;
         }
         clients.insert(client.key.clone(), client);
-        self.counters
-            .connections_opened
-            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.connections_opened.inc();
         true
     }
 
@@ -159,12 +151,27 @@ impl Node {
         if !client.mark_finished() {
             return;
         }
+        // The first reason given wins; a connection that just went away closed itself.
+        let reason = client
+            .connection
+            .outbound()
+            .close_reason()
+            .map_or("client_closed", |r| r.code());
         client.connection.close(CloseReason::ClientClosed);
         client.hub.remove_connection(client.connection.id());
         self.clients.write().remove(&client.key);
-        self.counters
+        if let Some(transport) = client.transport() {
+            self.metrics
+                .client_connections
+                .get_or_create(&TransportLabel {
+                    transport: transport.name(),
+                })
+                .dec();
+        }
+        self.metrics
             .connections_closed
-            .fetch_add(1, Ordering::Relaxed);
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     fn all_clients(&self) -> Vec<Arc<ClientConnection>> {

@@ -531,3 +531,30 @@ async fn delete_after_an_abandoned_poll_ends_the_connection() {
     .await;
     assert_eq!(http.delete(&id).await.status(), 404);
 }
+
+#[tokio::test]
+async fn metrics_are_exported() {
+    let server = TestServer::start().await;
+    let http = Http::new(&server, "chat");
+    let id = http.negotiate().await;
+    http.poll(&id).await;
+    http.post(&id, HANDSHAKE_JSON).await;
+    http.poll(&id).await;
+    server.broadcast("chat", "m", &[]);
+    http.poll(&id).await;
+    assert_eq!(http.delete(&id).await.status(), 202);
+    let text = reqwest::get(format!("{}/metrics", server.http()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for expected in [
+        "switchyard_client_connections{transport=\"LongPolling\"} 0",
+        "switchyard_client_connections_opened_total 1",
+        "switchyard_client_connections_closed_total{reason=\"client_closed\"} 1",
+        "switchyard_frames_delivered_total 1",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+}

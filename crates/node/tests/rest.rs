@@ -1,7 +1,6 @@
 //! The data-plane REST API end to end: a node on port 0, reqwest for REST, and real WebSocket
 //! clients (negotiate + handshake) to observe deliveries, closes and group membership.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -913,7 +912,7 @@ async fn sends_reach_websocket_clients() {
         .send_json(&v1_connection, json!({"target": "v1conn"}))
         .await;
     alice.expect_invocation("v1conn", json!([])).await;
-    assert!(server.node.counters.rest_requests.load(Ordering::Relaxed) >= 8);
+    assert!(server.node.metrics.rest_request_count() >= 8);
 }
 
 #[tokio::test]
@@ -1316,7 +1315,7 @@ async fn group_connections_are_listed_in_pages() {
 #[tokio::test]
 async fn rest_requests_are_counted() {
     let server = Server::start().await;
-    let before = server.node.counters.rest_requests.load(Ordering::Relaxed);
+    let before = server.node.metrics.rest_request_count();
     server
         .http
         .head(server.url("/api/health"))
@@ -1327,6 +1326,6 @@ async fn rest_requests_are_counted() {
     server
         .send_json("/api/v1/hubs/chat", json!({"target": "t"}))
         .await;
-    let after = server.node.counters.rest_requests.load(Ordering::Relaxed);
+    let after = server.node.metrics.rest_request_count();
     assert_eq!(after - before, 3);
 }

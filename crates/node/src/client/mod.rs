@@ -38,7 +38,7 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Transport::WebSockets => "WebSockets",
             Transport::ServerSentEvents => "ServerSentEvents",
@@ -138,7 +138,19 @@ impl ClientConnection {
                 ),
             ));
         }
-        let current = *self.transport.get_or_init(|| transport);
+        let mut first = false;
+        let current = *self.transport.get_or_init(|| {
+            first = true;
+            transport
+        });
+        if first {
+            node.metrics
+                .client_connections
+                .get_or_create(&crate::metrics::TransportLabel {
+                    transport: transport.name(),
+                })
+                .inc();
+        }
         if current != transport {
             return Err(TextError::new(
                 StatusCode::BAD_REQUEST,

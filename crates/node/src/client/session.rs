@@ -76,9 +76,7 @@ impl ClientConnection {
             let Some(frame) = frame else {
                 break;
             };
-            node.counters
-                .messages_received
-                .fetch_add(1, Ordering::Relaxed);
+            node.metrics.messages_received.inc();
             let message = peek(format, frame.body())
                 .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
             match message.message_type {

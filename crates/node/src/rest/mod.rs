@@ -25,7 +25,6 @@ mod error;
 mod ops;
 mod routes;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -37,6 +36,7 @@ use switchyard_auth::VerifiedToken;
 use switchyard_core::HubName;
 
 use crate::http::{authenticate, Query};
+use crate::metrics::{status_class, StatusLabel};
 use crate::node::Node;
 use error::RestError;
 use routes::Operation;
@@ -49,11 +49,17 @@ pub(crate) fn routes() -> axum::Router<Arc<Node>> {
 }
 
 async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
-    node.counters.rest_requests.fetch_add(1, Ordering::Relaxed);
-    match handle(&node, request).await {
+    let response = match handle(&node, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
-    }
+    };
+    node.metrics
+        .rest_requests
+        .get_or_create(&StatusLabel {
+            status: status_class(response.status().as_u16()),
+        })
+        .inc();
+    response
 }
 
 async fn handle(node: &Node, request: Request) -> Result<Response, RestError> {

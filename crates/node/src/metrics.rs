@@ -1,0 +1,121 @@
+//! Every metric the node exports, declared in one place. Labels are bounded sets (transport,
+//! close reason, status class); never ids.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransportLabel {
+    pub transport: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// `2xx`, `4xx`, `5xx`.
+    pub status: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    /// Client connections with a transport, by transport.
+    pub client_connections: Family<TransportLabel, Gauge>,
+    pub connections_opened: Counter,
+    pub connections_closed: Family<ReasonLabel, Counter>,
+    /// Hub messages received from clients (after the handshake).
+    pub messages_received: Counter,
+    /// Frames queued to client connections (one per recipient of each message).
+    pub frames_delivered: Counter,
+    pub rest_requests: Family<StatusLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("switchyard");
+        let client_connections = Family::<TransportLabel, Gauge>::default();
+        let connections_opened = Counter::<u64, AtomicU64>::default();
+        let connections_closed = Family::<ReasonLabel, Counter>::default();
+        let messages_received = Counter::<u64, AtomicU64>::default();
+        let frames_delivered = Counter::<u64, AtomicU64>::default();
+        let rest_requests = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "client_connections",
+            "Client connections with an open transport",
+            client_connections.clone(),
+        );
+        registry.register(
+            "client_connections_opened",
+            "Client connections created (negotiate or direct WebSocket)",
+            connections_opened.clone(),
+        );
+        registry.register(
+            "client_connections_closed",
+            "Client connections ended, by close reason",
+            connections_closed.clone(),
+        );
+        registry.register(
+            "client_messages_received",
+            "Hub messages received from clients",
+            messages_received.clone(),
+        );
+        registry.register(
+            "frames_delivered",
+            "Frames queued to client connections",
+            frames_delivered.clone(),
+        );
+        registry.register(
+            "rest_requests",
+            "REST API requests, by status class",
+            rest_requests.clone(),
+        );
+        Metrics {
+            registry,
+            client_connections,
+            connections_opened,
+            connections_closed,
+            messages_received,
+            frames_delivered,
+            rest_requests,
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    /// All REST requests so far, whatever their status.
+    pub fn rest_request_count(&self) -> u64 {
+        ["2xx", "3xx", "4xx", "5xx"]
+            .into_iter()
+            .map(|status| {
+                self.rest_requests
+                    .get_or_create(&StatusLabel { status })
+                    .get()
+            })
+            .sum()
+    }
+}
+
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
