@@ -56,7 +56,8 @@ IDLE_BIN="$TARGET_DIR/release/examples/idle"
 
 if [[ -z "${NO_BUILD:-}" ]]; then
     log "building release (switchyard + idle example)…"
-    cargo build --release -p switchyard -p switchyard-client --examples >&2
+    cargo build --release -p switchyard >&2
+    cargo build --release -p switchyard-client --examples >&2
 fi
 [[ -x "$SERVICE_BIN" ]] || die "missing $SERVICE_BIN"
 [[ -x "$IDLE_BIN" ]] || die "missing $IDLE_BIN"
