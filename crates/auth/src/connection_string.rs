@@ -151,6 +151,12 @@ fn parse_endpoint(key: &'static str, value: &str) -> Result<Url, ConnectionStrin
     }
     let trimmed = url.path().trim_end_matches('/').to_owned();
     url.set_path(&trimmed);
+    // IDNA mapping can turn a host character into ';' (U+037E GREEK QUESTION MARK and
+    // U+FF1B FULLWIDTH SEMICOLON both map to it); such a URL cannot be written back into
+    // a `;`-separated connection string.
+    if url.as_str().contains(';') {
+        return Err(invalid("must not contain ';'".to_owned()));
+    }
     Ok(url)
 }
 
@@ -296,5 +302,26 @@ mod tests {
         for bad in ["", "1", "1.", "2.0", "1.a", "v1.0", "1.0 x", "1.0+x"] {
             assert!(!is_valid_version(bad), "{bad}");
         }
+    }
+
+    /// Found by the `connection_string` fuzz target: a host that IDNA maps to one holding
+    /// ';' was accepted, and `to_string()` then printed a connection string that does not
+    /// parse back.
+    #[test]
+    fn endpoint_whose_url_holds_a_semicolon_is_rejected() {
+        for text in [
+            "Endpoint=https://\u{37e}4example",
+            "Endpoint=http://a\u{ff1b}b",
+            "Endpoint=http://h;ClientEndpoint=http://c\u{37e}d",
+        ] {
+            let err = text.parse::<ConnectionString>().unwrap_err();
+            assert!(
+                matches!(&err, ConnectionStringError::InvalidUrl { reason, .. } if reason.contains(';')),
+                "{text}: {err}"
+            );
+        }
+        // A percent-encoded ';' in the path is fine and round-trips.
+        let cs: ConnectionString = "Endpoint=http://h/a%3Bb".parse().unwrap();
+        assert_eq!(cs.to_string().parse::<ConnectionString>(), Ok(cs));
     }
 }

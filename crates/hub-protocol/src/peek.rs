@@ -126,10 +126,13 @@ fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
         message_type: u8::try_from(ty).unwrap_or(0),
         ..Peek::default()
     };
+    // Like `json::decode`, headers and invocationId are only read for the types that
+    // carry them: any other type (Ping, Close, unknown, …) ignores them whatever they hold.
+    let mut invocation_id = None;
     if crate::message::is_trackable_type(ty) {
         check_headers(raw.headers)?;
+        invocation_id = opt_string(raw.invocation_id, "invocationId")?;
     }
-    let invocation_id = opt_string(raw.invocation_id, "invocationId")?;
     match peek.message_type {
         t::INVOCATION | t::STREAM_INVOCATION => {
             let streaming = peek.message_type == t::STREAM_INVOCATION;
@@ -373,5 +376,35 @@ impl<'de> Visitor<'de> for ShapeVisitor {
             }
         }
         Ok(Top::Object(raw))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `hub_frames_json` fuzz target: peek rejected a non-string
+    /// `invocationId` on message types that have none, where `json::decode` ignores it.
+    #[test]
+    fn json_invocation_id_is_ignored_on_types_without_one() {
+        for (body, ty) in [
+            (&br#"{"type":0,"invocationId":42}"#[..], 0),
+            (br#"{"type":6,"invocationId":[]}"#, 6),
+            (br#"{"type":7,"invocationId":{},"error":"e"}"#, 7),
+            (br#"{"type":8,"invocationId":true,"sequenceId":3}"#, 8),
+            (br#"{"type":99,"invocationId":1.5}"#, 99),
+        ] {
+            let decoded = crate::json::decode(body).expect("decode ignores it");
+            let peeked = peek(Format::Json, body).expect("peek ignores it too");
+            assert_eq!(decoded.message_type(), i32::from(ty));
+            assert_eq!(peeked.message_type, ty);
+            assert_eq!(peeked.invocation_id, None);
+        }
+        // Types that carry an id still insist on a string.
+        let err = peek(Format::Json, br#"{"type":5,"invocationId":42}"#).unwrap_err();
+        assert_eq!(
+            err,
+            crate::json::decode(br#"{"type":5,"invocationId":42}"#).unwrap_err()
+        );
     }
 }
