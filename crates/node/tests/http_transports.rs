@@ -35,6 +35,15 @@ impl Http {
             .id_value
     }
 
+    /// Negotiates, starts long polling, completes a JSON handshake and reads its response.
+    async fn open_long_polling(&self) -> String {
+        let id = self.negotiate().await;
+        assert_eq!(self.poll(&id).await.status(), 200);
+        assert_eq!(self.post(&id, HANDSHAKE_JSON).await.status(), 200);
+        assert_eq!(&self.poll(&id).await.bytes().await.unwrap()[..], b"{}\x1e");
+        id
+    }
+
     fn url(&self, id: &str) -> String {
         format!("{}&id={id}", self.base)
     }
@@ -167,10 +176,7 @@ async fn long_poll_times_out_empty_and_inactive_clients_are_dropped() {
     config.timeouts.long_poll_inactivity = Duration::from_millis(1500);
     let server = TestServer::start_with(config).await;
     let http = Http::new(&server, "chat");
-    let id = http.negotiate().await;
-    http.poll(&id).await;
-    http.post(&id, HANDSHAKE_JSON).await;
-    http.poll(&id).await;
+    let id = http.open_long_polling().await;
     let empty = http.poll(&id).await;
     assert_eq!(empty.status(), 200);
     assert_eq!(empty.bytes().await.unwrap().len(), 0);
@@ -490,10 +496,7 @@ async fn an_abandoned_long_poll_does_not_keep_the_connection() {
     config.timeouts.long_poll_inactivity = Duration::from_millis(1000);
     let server = TestServer::start_with(config).await;
     let http = Http::new(&server, "chat");
-    let id = http.negotiate().await;
-    http.poll(&id).await;
-    http.post(&id, HANDSHAKE_JSON).await;
-    http.poll(&id).await;
+    let id = http.open_long_polling().await;
     let pending = tokio::spawn({
         let client = http.client.clone();
         let url = http.url(&id);
@@ -512,10 +515,7 @@ async fn an_abandoned_long_poll_does_not_keep_the_connection() {
 async fn delete_after_an_abandoned_poll_ends_the_connection() {
     let server = TestServer::start().await;
     let http = Http::new(&server, "chat");
-    let id = http.negotiate().await;
-    http.poll(&id).await;
-    http.post(&id, HANDSHAKE_JSON).await;
-    http.poll(&id).await;
+    let id = http.open_long_polling().await;
     let pending = tokio::spawn({
         let client = http.client.clone();
         let url = http.url(&id);
@@ -536,10 +536,7 @@ async fn delete_after_an_abandoned_poll_ends_the_connection() {
 async fn metrics_are_exported() {
     let server = TestServer::start().await;
     let http = Http::new(&server, "chat");
-    let id = http.negotiate().await;
-    http.poll(&id).await;
-    http.post(&id, HANDSHAKE_JSON).await;
-    http.poll(&id).await;
+    let id = http.open_long_polling().await;
     server.broadcast("chat", "m", &[]);
     http.poll(&id).await;
     assert_eq!(http.delete(&id).await.status(), 202);
