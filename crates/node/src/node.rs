@@ -3,7 +3,9 @@
 //! Mutations and sends are published on the backplane (even on one node), so a cluster
 //! backplane changes where messages go without changing any caller.
 
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Borrow;
+use std::collections::{BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,10 +32,35 @@ pub struct Node {
     pub(crate) backplane: Arc<dyn Backplane>,
     /// Client connections by the value clients put in `id=` (token for negotiate v1,
     /// connection id for v0 and for connections made without negotiate).
-    clients: RwLock<HashMap<String, Arc<ClientConnection>>>,
+    clients: RwLock<HashSet<ClientEntry>>,
     started: Instant,
     pub metrics: Arc<Metrics>,
 }
+
+/// An entry of the client table, found by its connection's `key`: the key is not copied into
+/// the table, and an entry is one pointer (not a `String` and an `Arc`).
+struct ClientEntry(Arc<ClientConnection>);
+
+impl Borrow<str> for ClientEntry {
+    fn borrow(&self) -> &str {
+        &self.0.key
+    }
+}
+
+// Hash and Eq agree with `str`'s, as `Borrow<str>` requires.
+impl Hash for ClientEntry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key.hash(state);
+    }
+}
+
+impl PartialEq for ClientEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for ClientEntry {}
 
 /// Subscribes this node to a channel while it has a local member.
 struct BackplaneInterest {
@@ -101,7 +128,7 @@ impl Node {
             node_id,
             router,
             backplane,
-            clients: RwLock::new(HashMap::new()),
+            clients: RwLock::new(HashSet::new()),
             started: Instant::now(),
             metrics,
         })
@@ -132,13 +159,13 @@ impl Node {
         if limit != 0 && clients.len() >= limit {
             return false;
         }
-        clients.insert(client.key.clone(), client);
+        clients.replace(ClientEntry(client));
         self.metrics.connections_opened.inc();
         true
     }
 
     pub(crate) fn client(&self, key: &str) -> Option<Arc<ClientConnection>> {
-        self.clients.read().get(key).cloned()
+        self.clients.read().get(key).map(|entry| entry.0.clone())
     }
 
     pub(crate) fn at_connection_limit(&self) -> bool {
@@ -159,7 +186,7 @@ impl Node {
             .map_or("client_closed", |r| r.code());
         client.connection.close(CloseReason::ClientClosed);
         client.hub.remove_connection(client.connection.id());
-        self.clients.write().remove(&client.key);
+        self.clients.write().remove(&*client.key);
         if let Some(transport) = client.transport() {
             self.metrics
                 .client_connections
@@ -175,7 +202,11 @@ impl Node {
     }
 
     fn all_clients(&self) -> Vec<Arc<ClientConnection>> {
-        self.clients.read().values().cloned().collect()
+        self.clients
+            .read()
+            .iter()
+            .map(|entry| entry.0.clone())
+            .collect()
     }
 
     /// Every second: timeouts, inactivity, expired tokens, expired user-group memberships.

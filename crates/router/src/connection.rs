@@ -1,6 +1,5 @@
 //! One client connection as the router sees it, and its outbound queue.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -84,7 +83,9 @@ pub struct Outbound {
 
 #[derive(Default)]
 struct QueueState {
-    frames: VecDeque<Bytes>,
+    /// Handed over whole to the writer by [`Outbound::try_drain`], so an idle connection's
+    /// queue holds no allocation (one is made per batch instead).
+    frames: Vec<Bytes>,
     pending_bytes: usize,
     closing: Option<CloseReason>,
 }
@@ -112,7 +113,7 @@ impl Outbound {
         // bounds the backlog, not the message size.
         if pending > self.max_pending_bytes && !state.frames.is_empty() {
             let dropped = state.frames.len() as u64 + 1;
-            state.frames.clear();
+            state.frames = Vec::new();
             state.pending_bytes = 0;
             state.closing = Some(CloseReason::SlowConsumer {
                 pending_bytes: pending,
@@ -124,7 +125,7 @@ impl Outbound {
             return false;
         }
         let was_empty = state.frames.is_empty();
-        state.frames.push_back(frame);
+        state.frames.push(frame);
         state.pending_bytes = pending;
         drop(state);
         if was_empty {
@@ -164,11 +165,21 @@ impl Outbound {
 
     /// Moves every queued frame into `out` without waiting. Returns the close reason when the
     /// queue is empty and the connection is closing.
+    ///
+    /// An empty `out` receives the queue's own buffer (its allocation moves to the caller, and
+    /// whatever `out` held is freed), so a writer that drops the frames once written leaves
+    /// nothing allocated on either side while idle.
     pub fn try_drain(&self, out: &mut Vec<Bytes>) -> Option<Batch> {
         let mut state = self.state.lock();
         if !state.frames.is_empty() {
-            out.extend(state.frames.drain(..));
+            let frames = std::mem::take(&mut state.frames);
             state.pending_bytes = 0;
+            drop(state);
+            if out.is_empty() {
+                *out = frames;
+            } else {
+                out.extend(frames);
+            }
             return Some(Batch::Frames);
         }
         state.closing.clone().map(Batch::Close)

@@ -20,6 +20,7 @@ use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use parking_lot::Mutex;
 use switchyard_auth::{generate_connection_token, VerifiedToken};
 use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
 use switchyard_router::{Connection, Hub};
@@ -56,23 +57,29 @@ pub(crate) enum Expiry {
 }
 
 /// One client connection: identity, chosen transport, timers, and its router connection.
+///
+/// Kept small: there is one per connection. The access token is not kept, only what the
+/// connection still needs from it after the connect (its claims can run to hundreds of bytes).
 pub(crate) struct ClientConnection {
     /// The `id=` value that finds this connection.
-    pub(crate) key: String,
+    pub(crate) key: Box<str>,
     pub(crate) connection: Arc<Connection>,
     pub(crate) hub: Arc<Hub>,
-    pub(crate) token: VerifiedToken,
+    /// When the token's `asrs.s.coae` asks to close the connection (unix seconds);
+    /// `i64::MAX` when it does not.
+    close_at_unix: i64,
     transport: OnceLock<Transport>,
     allowed_transports: u8,
-    handshake_timeout: Duration,
-    poll_inactivity: Duration,
+    handshake_timeout_ms: u32,
+    poll_inactivity_ms: u32,
     created_ms: u64,
     started_ms: AtomicU64,
     last_received_ms: AtomicU64,
     client_pings: AtomicBool,
     handshake_done: AtomicBool,
     finished: AtomicBool,
-    pub(crate) inbound: tokio::sync::Mutex<Inbound>,
+    /// Held only while bytes are parsed, never across an await.
+    pub(crate) inbound: Mutex<Inbound>,
     pub(crate) poll: longpoll::PollState,
 }
 
@@ -99,25 +106,25 @@ impl ClientConnection {
         let allowed_transports = token.allowed_transports().unwrap_or(0b111);
         let now = node.now_ms();
         Arc::new(ClientConnection {
-            key,
+            key: key.into_boxed_str(),
             connection: Arc::new(Connection::new(
                 id,
                 user,
                 node.config.limits.max_pending_bytes_per_connection,
             )),
             hub,
-            token,
+            close_at_unix: token.close_on_auth_expiry().unwrap_or(i64::MAX),
             transport: OnceLock::new(),
             allowed_transports,
-            handshake_timeout,
-            poll_inactivity,
+            handshake_timeout_ms: millis(handshake_timeout),
+            poll_inactivity_ms: millis(poll_inactivity),
             created_ms: now,
             started_ms: AtomicU64::new(0),
             last_received_ms: AtomicU64::new(now),
             client_pings: AtomicBool::new(false),
             handshake_done: AtomicBool::new(false),
             finished: AtomicBool::new(false),
-            inbound: tokio::sync::Mutex::new(Inbound::new()),
+            inbound: Mutex::new(Inbound::new()),
             poll: longpoll::PollState::default(),
         })
     }
@@ -189,19 +196,17 @@ impl ClientConnection {
                 .then_some(Expiry::Discard);
         }
         if self.transport() == Some(Transport::LongPolling)
-            && self.poll.idle_for(now_ms) > self.poll_inactivity.as_millis() as u64
+            && self.poll.idle_for(now_ms) > u64::from(self.poll_inactivity_ms)
         {
             return Some(Expiry::Discard);
         }
         if !self.handshake_done.load(Ordering::Relaxed) {
             let waited = now_ms.saturating_sub(started);
-            return (waited > self.handshake_timeout.as_millis() as u64)
+            return (waited > u64::from(self.handshake_timeout_ms))
                 .then_some(Expiry::Close(CloseReason::HandshakeTimeout));
         }
-        if let Some(expires) = self.token.close_on_auth_expiry() {
-            if now_unix >= expires {
-                return Some(Expiry::Close(CloseReason::AuthExpired));
-            }
+        if now_unix >= self.close_at_unix {
+            return Some(Expiry::Close(CloseReason::AuthExpired));
         }
         if self.client_pings.load(Ordering::Relaxed) {
             let silent = now_ms.saturating_sub(self.last_received_ms.load(Ordering::Relaxed));
@@ -211,6 +216,11 @@ impl ClientConnection {
         }
         None
     }
+}
+
+/// Milliseconds, saturating at `u32::MAX` (about 49 days).
+fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// Creates and registers a connection. `by_token`: clients find it by a separate secret token

@@ -89,9 +89,11 @@ impl ClientConnection {
                 _ => {}
             }
         }
-        // Release memory held for a large message once it is consumed.
-        if inbound.buffer.is_empty() && inbound.buffer.capacity() > 64 * 1024 {
+        // Keep no buffer between messages: an idle connection would otherwise hold the
+        // handshake request's (or its largest message's) allocation for its whole life.
+        if inbound.buffer.is_empty() {
             inbound.buffer = BytesMut::new();
+            inbound.scanned = 0;
         }
         Ok(())
     }
@@ -169,7 +171,7 @@ impl ClientConnection {
     /// The handshake timed out: answer it as ASP.NET does, then close. Skipped if a
     /// handshake is being processed right now (it decides; the next tick checks again).
     pub(crate) fn refuse_late_handshake(&self) {
-        let Ok(_inbound) = self.inbound.try_lock() else {
+        let Some(_inbound) = self.inbound.try_lock() else {
             return;
         };
         if !self.handshake_done() {
@@ -213,7 +215,7 @@ pub(super) async fn send(node: Arc<Node>, client: Arc<ClientConnection>, body: B
         Err(_) => return text_error(StatusCode::BAD_REQUEST, "failed to read the request body"),
     };
     // One send at a time per connection, like ASP.NET, so bytes stay in order.
-    let mut inbound = client.inbound.lock().await;
+    let mut inbound = client.inbound.lock();
     if client.is_finished() {
         return text_error(StatusCode::NOT_FOUND, "No Connection with that ID");
     }

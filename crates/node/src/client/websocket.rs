@@ -1,6 +1,7 @@
 //! WebSockets transport: one task per connection reads frames, drains the outbound queue in
 //! batches, and pings when idle. Text frames for JSON, binary for MessagePack.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use axum::extract::ws::{CloseFrame, Message as WsMessage, Utf8Bytes, WebSocket, 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures_util::SinkExt;
+use futures_util::{FutureExt, SinkExt};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{CloseReason, HubName};
 use switchyard_hub_protocol::{ping, Format};
@@ -81,14 +82,16 @@ pub(super) fn connect(
             let client = client.clone();
             move |_| node.finish(&client)
         })
-        .on_upgrade(move |socket| async move {
-            run(&node, &client, socket).await;
+        // The socket lives here, in the task, once: `run` and `close_socket` borrow it. Passed
+        // by value, each async fn would keep its own copy in the task (368 B each).
+        .on_upgrade(move |mut socket| async move {
+            run(&node, &client, &mut socket).await;
             node.finish(&client);
         })
 }
 
 /// Leaves the hub at once, then completes the WebSocket close handshake (bounded).
-async fn close_socket(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
+async fn close_socket(node: &Node, client: &ClientConnection, socket: &mut WebSocket) {
     node.finish(client);
     let _ = timeout(
         SEND_TIMEOUT,
@@ -109,65 +112,114 @@ async fn close_socket(node: &Node, client: &ClientConnection, mut socket: WebSoc
     .await;
 }
 
-async fn run(node: &Node, client: &ClientConnection, mut socket: WebSocket) {
-    let keep_alive = node.config.timeouts.keep_alive_interval;
-    let outbound = client.connection.outbound();
-    let mut batch = Vec::new();
-    let ping_due = tokio::time::sleep(keep_alive);
-    tokio::pin!(ping_due);
-    let close_reason = loop {
-        tokio::select! {
-            incoming = socket.recv() => {
-                let data = match incoming {
-                    Some(Ok(WsMessage::Text(text))) => Bytes::from(text),
-                    Some(Ok(WsMessage::Binary(data))) => data,
-                    Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
-                    Some(Ok(WsMessage::Close(_))) | None => {
-                        // Send the queued close reply so the client sees a clean 1000 close.
-                        node.finish(client);
-                        let _ = timeout(SEND_TIMEOUT, socket.flush()).await;
-                        return;
+/// What the select loop found to do, carried out once its futures are gone.
+enum Step {
+    /// The outbound queue handed over a batch.
+    Write,
+    /// Nothing was written for a keep-alive interval.
+    Ping,
+    /// The client closed (or went away): flush the close reply and stop.
+    Stop,
+}
+
+/// Reads, writes and pings until the connection ends.
+///
+/// This future lives in the connection's task for the connection's whole life, and a future
+/// is as large as its largest state, so every state is kept small: the socket is borrowed
+/// (owned, it would be stored again in each async fn that takes it), a plain function returns
+/// the async block (an `async fn` stores its arguments twice), nothing the `select!` returns
+/// is kept across an await, the inbound lock is synchronous, and the rare close path is boxed.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
+fn run<'a>(
+    node: &'a Node,
+    client: &'a ClientConnection,
+    socket: &'a mut WebSocket,
+) -> impl Future<Output = ()> + Send + 'a {
+    async move {
+        // Empty between batches: `next_batch` hands over the queue's own allocation, and it is
+        // dropped once written, so an idle connection keeps no frame buffer.
+        let mut batch = Vec::new();
+        let ping_due = tokio::time::sleep(node.config.timeouts.keep_alive_interval);
+        tokio::pin!(ping_due);
+        let reason = loop {
+            let step = tokio::select! {
+                incoming = socket.recv() => match incoming {
+                    Some(Ok(WsMessage::Text(text))) => {
+                        receive(node, client, &Bytes::from(text));
+                        continue;
                     }
-                    Some(Err(error)) => break Some(CloseReason::ProtocolError(error.to_string())),
-                };
-                let mut inbound = client.inbound.lock().await;
-                if let Err(reason) = client.receive(node, &mut inbound, &data) {
-                    client.connection.close(reason);
-                }
-            }
-            next = outbound.next_batch(&mut batch) => match next {
-                Batch::Frames => {
+                    Some(Ok(WsMessage::Binary(data))) => {
+                        receive(node, client, &data);
+                        continue;
+                    }
+                    Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
+                    Some(Ok(WsMessage::Close(_))) | None => Step::Stop,
+                    Some(Err(error)) => break CloseReason::ProtocolError(error.to_string()),
+                },
+                next = client.connection.outbound().next_batch(&mut batch) => match next {
+                    Batch::Frames => Step::Write,
+                    Batch::Close(reason) => break reason,
+                },
+                _ = &mut ping_due, if client.handshake_done() => Step::Ping,
+            };
+            match step {
+                Step::Write => {
                     let binary = is_binary(client);
-                    for frame in batch.drain(..) {
-                        if !feed(&mut socket, ws_message(binary, frame)).await {
+                    for frame in batch.iter_mut() {
+                        if !feed(socket, ws_message(binary, std::mem::take(frame))).await {
                             return;
                         }
                     }
-                    if !flush(&mut socket).await {
+                    batch = Vec::new();
+                    if !flush(socket).await {
                         return;
                     }
-                    ping_due.as_mut().reset(Instant::now() + keep_alive);
                 }
-                Batch::Close(reason) => break Some(reason),
-            },
-            _ = &mut ping_due, if client.handshake_done() => {
-                let binary = is_binary(client);
-                let format = if binary { Format::MessagePack } else { Format::Json };
-                if !feed(&mut socket, ws_message(binary, ping(format))).await
-                    || !flush(&mut socket).await
-                {
+                Step::Ping => {
+                    let binary = is_binary(client);
+                    let format = if binary {
+                        Format::MessagePack
+                    } else {
+                        Format::Json
+                    };
+                    if !feed(socket, ws_message(binary, ping(format))).await || !flush(socket).await
+                    {
+                        return;
+                    }
+                }
+                Step::Stop => {
+                    // Send the queued close reply so the client sees a clean 1000 close.
+                    node.finish(client);
+                    let _ = flush(socket).await;
                     return;
                 }
-                ping_due.as_mut().reset(Instant::now() + keep_alive);
             }
-        }
-    };
-    let Some(reason) = close_reason else {
-        return;
-    };
+            let keep_alive = node.config.timeouts.keep_alive_interval;
+            ping_due.as_mut().reset(Instant::now() + keep_alive);
+        };
+        // Boxed: only a closing connection pays for the close path's futures.
+        Box::pin(close(node, client, socket, reason)).await;
+    }
+}
+
+/// Hands what the client sent to the hub-protocol side; a protocol error closes the connection.
+fn receive(node: &Node, client: &ClientConnection, data: &[u8]) {
+    let result = client.receive(node, &mut client.inbound.lock(), data);
+    if let Err(reason) = result {
+        client.connection.close(reason);
+    }
+}
+
+/// Sends the Close message (if the handshake was done), then closes the socket.
+async fn close(
+    node: &Node,
+    client: &ClientConnection,
+    socket: &mut WebSocket,
+    reason: CloseReason,
+) {
     tracing::debug!(connection = %client.connection.id(), reason = reason.code(), "closing websocket");
     if let Some(close) = client.close_frame(&reason) {
-        if !feed(&mut socket, ws_message(is_binary(client), close)).await {
+        if !feed(socket, ws_message(is_binary(client), close)).await {
             return;
         }
     }
@@ -197,13 +249,12 @@ fn text_frame(frame: Bytes) -> Utf8Bytes {
     }
 }
 
-async fn feed(socket: &mut WebSocket, message: WsMessage) -> bool {
-    matches!(
-        timeout(SEND_TIMEOUT, socket.feed(message)).await,
-        Ok(Ok(()))
-    )
+/// Plain functions, not `async fn`: an `async fn` would hold `message` a second time beside
+/// the `Feed` future that owns it.
+fn feed(socket: &mut WebSocket, message: WsMessage) -> impl Future<Output = bool> + '_ {
+    timeout(SEND_TIMEOUT, socket.feed(message)).map(|sent| matches!(sent, Ok(Ok(()))))
 }
 
-async fn flush(socket: &mut WebSocket) -> bool {
-    matches!(timeout(SEND_TIMEOUT, socket.flush()).await, Ok(Ok(())))
+fn flush(socket: &mut WebSocket) -> impl Future<Output = bool> + '_ {
+    timeout(SEND_TIMEOUT, socket.flush()).map(|sent| matches!(sent, Ok(Ok(()))))
 }
