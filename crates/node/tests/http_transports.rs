@@ -44,6 +44,17 @@ impl Http {
         id
     }
 
+    /// `GET {base}?id=` asking for an event stream.
+    async fn open_sse(&self, id: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(id))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap()
+    }
+
     fn url(&self, id: &str) -> String {
         format!("{}&id={id}", self.base)
     }
@@ -192,14 +203,7 @@ async fn server_sent_events_stream() {
     let server = TestServer::start().await;
     let http = Http::new(&server, "chat");
     let id = http.negotiate().await;
-    let response = http
-        .client
-        .get(http.url(&id))
-        .bearer_auth(&http.token)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let response = http.open_sse(&id).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut stream = Box::pin(response.bytes_stream());
@@ -235,14 +239,7 @@ async fn messagepack_over_sse_is_refused_in_the_handshake() {
     let server = TestServer::start().await;
     let http = Http::new(&server, "chat");
     let id = http.negotiate().await;
-    let response = http
-        .client
-        .get(http.url(&id))
-        .bearer_auth(&http.token)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let response = http.open_sse(&id).await;
     let mut stream = response.bytes_stream();
     http.post(&id, HANDSHAKE_MSGPACK).await;
     let mut received = Vec::new();
@@ -277,14 +274,7 @@ async fn transport_rules_and_http_errors() {
     // Transport change.
     let id = http.negotiate().await;
     http.poll(&id).await;
-    let sse = http
-        .client
-        .get(http.url(&id))
-        .bearer_auth(&http.token)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let sse = http.open_sse(&id).await;
     assert_eq!(sse.status(), 400);
     assert_eq!(
         sse.text().await.unwrap(),
