@@ -44,6 +44,18 @@ impl Http {
         id
     }
 
+    /// Starts a poll and goes away while it is pending, as a client that aborts it does.
+    async fn abandon_poll(&self, id: &str) {
+        let pending = tokio::spawn({
+            let client = self.client.clone();
+            let url = self.url(id);
+            let token = self.token.clone();
+            async move { client.get(url).bearer_auth(token).send().await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        pending.abort();
+    }
+
     /// `GET {base}?id=` asking for an event stream.
     async fn open_sse(&self, id: &str) -> reqwest::Response {
         self.client
@@ -487,14 +499,7 @@ async fn an_abandoned_long_poll_does_not_keep_the_connection() {
     let server = TestServer::start_with(config).await;
     let http = Http::new(&server, "chat");
     let id = http.open_long_polling().await;
-    let pending = tokio::spawn({
-        let client = http.client.clone();
-        let url = http.url(&id);
-        let token = http.token.clone();
-        async move { client.get(url).bearer_auth(token).send().await }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    pending.abort(); // the client goes away mid-poll
+    http.abandon_poll(&id).await;
     eventually("abandoned connection dropped", WAIT, || {
         server.node.client_connection_count() == 0
     })
@@ -506,14 +511,7 @@ async fn delete_after_an_abandoned_poll_ends_the_connection() {
     let server = TestServer::start().await;
     let http = Http::new(&server, "chat");
     let id = http.open_long_polling().await;
-    let pending = tokio::spawn({
-        let client = http.client.clone();
-        let url = http.url(&id);
-        let token = http.token.clone();
-        async move { client.get(url).bearer_auth(token).send().await }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    pending.abort();
+    http.abandon_poll(&id).await;
     assert_eq!(http.delete(&id).await.status(), 202);
     eventually("deleted", WAIT, || {
         server.node.client_connection_count() == 0
