@@ -66,6 +66,23 @@ def hub_protocol():
     seed("handshake", b'{"protocol":"messagepack","version":1}\x1e\x02\x91\x06', cut=10)
 
 
+def service_protocol_messages():
+    frames = []
+    for v in load("service-protocol.json"):
+        if v.get("kind") != "service-protocol-message":
+            continue
+        framed = bytes.fromhex(v["framed_hex"])
+        frames.append(framed)
+        seed("service_protocol", framed)
+        seed("service_protocol", framed, cut=1, knob=8)
+        # The bare body: the target also decodes the whole payload as one body.
+        seed("service_protocol", bytes.fromhex(v["hex"]))
+    # A few multi-message streams, cut inside the second message.
+    for i in range(0, len(frames), 6):
+        group = frames[i:i + 6]
+        seed("service_protocol", b"".join(group), cut=len(group[0]) + 1)
+
+
 def service_protocol():
     for v in load("service-protocol.json"):
         if v.get("kind") != "jwt-hs256":
@@ -101,6 +118,7 @@ def connection_strings():
 if __name__ == "__main__":
     hub_protocol()
     service_protocol()
+    service_protocol_messages()
     connection_strings()
     for target in sorted(os.listdir(CORPUS)):
         print(target, len(os.listdir(os.path.join(CORPUS, target))))

@@ -681,6 +681,166 @@ pub mod jwt_verify {
     }
 }
 
+/// Target `service_protocol`: `FrameReader`, `decode` and the encoders of the Azure SignalR
+/// service protocol.
+pub mod service_protocol {
+    use bytes::{Bytes, BytesMut};
+    use switchyard_service_protocol::{
+        decode, encode, encode_body, encoded, encoded_len, type_name, FrameError, FrameReader,
+        ServiceMessage,
+    };
+
+    use crate::Input;
+
+    /// The "small" limit next to the knob's tiny one and no limit at all.
+    const SMALL_LIMIT: usize = 4096;
+
+    /// What reading a whole stream produced: each body with the number of stream bytes its
+    /// frame took, then the incomplete rest or the error that stopped the stream.
+    #[derive(Debug, PartialEq)]
+    struct Outcome {
+        bodies: Vec<(usize, Bytes)>,
+        end: Result<Vec<u8>, FrameError>,
+    }
+
+    fn drain(
+        reader: &FrameReader,
+        buf: &mut BytesMut,
+        bodies: &mut Vec<(usize, Bytes)>,
+    ) -> Result<(), FrameError> {
+        loop {
+            let before = buf.len();
+            match reader.next_body(buf)? {
+                Some(body) => {
+                    let taken = before - buf.len();
+                    assert!(
+                        body.len() <= reader.max_message_size(),
+                        "body over the limit"
+                    );
+                    assert!(
+                        taken > body.len() && taken <= body.len() + 5,
+                        "a frame is its body plus a 1..=5 byte prefix"
+                    );
+                    bodies.push((taken, body));
+                }
+                None => {
+                    assert_eq!(buf.len(), before, "Ok(None) leaves the buffer untouched");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn run(reader: &FrameReader, first: &[u8], second: &[u8]) -> Outcome {
+        let mut buf = BytesMut::from(first);
+        let mut bodies = Vec::new();
+        let end = drain(reader, &mut buf, &mut bodies).and_then(|()| {
+            buf.extend_from_slice(second);
+            drain(reader, &mut buf, &mut bodies)
+        });
+        Outcome {
+            bodies,
+            end: end.map(|()| buf.to_vec()),
+        }
+    }
+
+    /// Whole and split runs agree; the frames tile the stream.
+    fn split_both_ways(reader: &FrameReader, input: &Input<'_>) -> Outcome {
+        let (first, second) = input.parts();
+        let whole = run(reader, input.payload, &[]);
+        let split = run(reader, first, second);
+        assert_eq!(
+            whole,
+            split,
+            "whole vs split at {} (limit {})",
+            input.cut,
+            reader.max_message_size()
+        );
+        let mut offset = 0;
+        for (taken, body) in &whole.bodies {
+            offset += taken;
+            assert_eq!(&input.payload[offset - body.len()..offset], &body[..]);
+        }
+        if let Ok(rest) = &whole.end {
+            assert_eq!(
+                &input.payload[offset..],
+                &rest[..],
+                "frames + rest = stream"
+            );
+        }
+        whole
+    }
+
+    /// A body that decodes re-encodes (framed and bare) into bytes that decode to the same
+    /// message and encode to the same bytes again.
+    fn body(body: &Bytes) {
+        let message = match decode(body) {
+            Ok(message) => message,
+            Err(e) => {
+                let _ = e.to_string();
+                return;
+            }
+        };
+        assert_eq!(
+            type_name(message.type_id()),
+            message.name(),
+            "name and id agree"
+        );
+        if let ServiceMessage::Unknown { type_id } = message {
+            assert_eq!(message.name(), "Unknown", "type {type_id} is known");
+        }
+        let mut bare = Vec::new();
+        encode_body(&message, &mut bare);
+        assert_eq!(encoded_len(&message), bare.len());
+        let bare = Bytes::from(bare);
+        let again = decode(&bare).expect("an encoded message decodes");
+        assert_eq!(again, message, "round trip");
+        let mut twice = Vec::new();
+        encode_body(&again, &mut twice);
+        assert_eq!(twice, bare, "encoding is stable");
+
+        let framed = encoded(&message);
+        let mut buf = BytesMut::from(&b"\x00"[..]);
+        encode(&message, &mut buf);
+        assert_eq!(
+            &buf[1..],
+            &framed[..],
+            "encode appends what encoded returns"
+        );
+        let mut buf = BytesMut::from(&framed[..]);
+        let unframed = FrameReader::new(bare.len())
+            .next_body(&mut buf)
+            .expect("an encoded frame is within its own size")
+            .expect("an encoded frame is complete");
+        assert!(buf.is_empty(), "one frame");
+        assert_eq!(unframed, bare);
+    }
+
+    pub fn check(data: &[u8]) {
+        let input = Input::parse(data);
+        let large = split_both_ways(&FrameReader::new(usize::MAX), &input);
+        for limit in [usize::from(input.knob), SMALL_LIMIT] {
+            let small = split_both_ways(&FrameReader::new(limit), &input);
+            if small.end.is_ok() {
+                assert_eq!(small, large, "a stream within limit {limit} reads the same");
+            } else {
+                assert!(small.bodies.len() <= large.bodies.len());
+                assert_eq!(
+                    small.bodies[..],
+                    large.bodies[..small.bodies.len()],
+                    "bodies before a size error are the unlimited ones"
+                );
+            }
+        }
+        for (_, b) in &large.bodies {
+            body(b);
+        }
+        // The payload itself as one body, so that decoding is reached without a valid
+        // prefix as well.
+        body(&Bytes::copy_from_slice(input.payload));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Replays every stored corpus input, and every input that once crashed
@@ -733,6 +893,11 @@ mod tests {
     #[test]
     fn replay_jwt_verify() {
         replay("jwt_verify", jwt_verify::check);
+    }
+
+    #[test]
+    fn replay_service_protocol() {
+        replay("service_protocol", service_protocol::check);
     }
 
     #[test]
