@@ -32,8 +32,8 @@ run "cargo fmt --check" cargo fmt --all -- --check
 run "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked
-step "building the service for the end-to-end tests"
-cargo build -p switchyard --locked
+step "building the service and the bench app server for the end-to-end tests"
+cargo build -p switchyard -p switchyard-bench --locked
 run "end-to-end tests (@microsoft/signalr in Node)" bash -c 'cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error && npm test'
 if [ -z "${SKIP_COMPAT:-}" ] && [ -x tests/compat/run.sh ]; then
   run "client compatibility tests (Python, Go, Java clients)" tests/compat/run.sh

@@ -1,5 +1,6 @@
 'use strict';
-// Entry point: starts ONE switchyard service, then runs every case file against it.
+// Entry point: starts ONE switchyard service, then runs every case file against it (the
+// Default-mode cases add their own app servers and one `--mode default` service).
 // Run with `npm test` (see README.md).
 
 const { describe, it, before, after } = require('node:test');
@@ -7,6 +8,7 @@ const assert = require('node:assert/strict');
 const { startService } = require('./lib/service');
 const { Rest } = require('./lib/rest');
 const { closeAll } = require('./lib/client');
+const { stopAppServers } = require('./lib/appserver');
 
 const CASES = [
   'connect', // 1: connect + 2022-06-01 and v1 broadcasts; MessagePack over SSE refused
@@ -17,6 +19,7 @@ const CASES = [
   'args', // 6: argument types round-trip
   'invoke', // 7: invoking client gets closed, bystander unaffected
   'skip-negotiation', // 8: id-less WebSocket connect
+  'default-mode', // 9: app servers (switchyard-bench): redirect, hub methods, two servers, order
 ];
 
 /** Filled in by the before() hook; case files read it lazily inside their tests. */
@@ -30,6 +33,7 @@ describe('switchyard e2e (@microsoft/signalr client)', () => {
 
   after(async () => {
     await closeAll();
+    await stopAppServers();
     if (env.service) {
       const exit = await env.service.stop();
       if (env.service.killedHard) {

@@ -5,8 +5,12 @@
 //! # Layout
 //! - [`negotiate`]: `POST {base}/negotiate`.
 //! - [`WsClient`]: one WebSocket connection with the hub-protocol handshake done.
+//! - [`app_server`]: the other side: an app server connected to the service the way the
+//!   .NET server SDK is, hosting the benchmark hub.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+
+pub mod app_server;
 
 use base64::Engine;
 use bytes::BytesMut;

@@ -27,6 +27,8 @@ pub enum CloseReason {
     Inactive,
     /// The service is shutting down.
     ServiceShutdown,
+    /// Default mode: the app-server connection carrying this client went away.
+    AppServerGone,
 }
 
 impl CloseReason {
@@ -44,6 +46,7 @@ impl CloseReason {
             CloseReason::InvocationNotSupported => "invocation_not_supported",
             CloseReason::Inactive => "inactive",
             CloseReason::ServiceShutdown => "service_shutdown",
+            CloseReason::AppServerGone => "app_server_gone",
         }
     }
 
@@ -69,7 +72,8 @@ impl CloseReason {
             | CloseReason::HandshakeTimeout
             | CloseReason::AuthExpired
             | CloseReason::ClosedByApi(_)
-            | CloseReason::ServiceShutdown => true,
+            | CloseReason::ServiceShutdown
+            | CloseReason::AppServerGone => true,
         }
     }
 }
@@ -102,6 +106,9 @@ impl fmt::Display for CloseReason {
             ),
             CloseReason::Inactive => f.write_str("connection inactive"),
             CloseReason::ServiceShutdown => f.write_str("the service is shutting down"),
+            CloseReason::AppServerGone => {
+                f.write_str("the app server connection carrying this client was lost")
+            }
         }
     }
 }

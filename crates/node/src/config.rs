@@ -21,8 +21,42 @@ pub struct Config {
     /// URL clients and REST callers use to reach this node, printed in the connection string.
     /// Default: `http://{listen}`.
     pub public_endpoint: Option<String>,
+    /// How clients are served: `auto` (default), `default` or `serverless`. See [`ServiceMode`].
+    pub mode: ServiceMode,
     pub limits: Limits,
     pub timeouts: Timeouts,
+}
+
+/// Whether client traffic goes to app servers (Azure's Default mode) or stays in the service
+/// (Serverless mode: REST and upstream webhooks).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceMode {
+    /// Per hub: a hub that has (or had, since the service started) an app server connected is
+    /// served in Default mode, any other hub serverless. One service then carries both kinds
+    /// of application without configuration; clients of a Default-mode hub whose app servers
+    /// are all gone get Default mode's "app servers are not connected" error.
+    #[default]
+    Auto,
+    /// Every client is carried to an app server; with none connected the handshake fails.
+    Default,
+    /// No app server connections are accepted (`/server` answers the handshake with an error).
+    Serverless,
+}
+
+impl std::str::FromStr for ServiceMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.to_ascii_lowercase().as_str() {
+            "auto" => Ok(ServiceMode::Auto),
+            "default" => Ok(ServiceMode::Default),
+            "serverless" => Ok(ServiceMode::Serverless),
+            _ => Err(format!(
+                "'{text}' is not a service mode (expected auto, default or serverless)"
+            )),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -36,6 +70,12 @@ pub struct Limits {
     pub max_pending_bytes_per_connection: usize,
     /// Concurrent client connections this node accepts; 0 = unlimited. Over it: HTTP 429.
     pub max_client_connections: usize,
+    /// Largest service-protocol message an app server may send, in bytes. Default 16 MiB
+    /// (Azure's recommended maximum).
+    pub max_server_message_size: usize,
+    /// Outbound bytes queued for one app-server connection before it is closed as a slow
+    /// consumer (its clients are then closed or migrated). Default 64 MiB.
+    pub max_pending_bytes_per_server_connection: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -60,6 +100,16 @@ pub struct Timeouts {
     /// Default 15s.
     #[serde(with = "humantime_serde")]
     pub long_poll_inactivity: Duration,
+    /// Ping an app-server connection after this long without writing to it. The SDK gives up
+    /// on a service that is silent for 30 s and only pings when pinged. Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub server_keep_alive_interval: Duration,
+    /// Close an app-server connection that sent nothing for this long. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub server_timeout: Duration,
+    /// Time an app server has to send its handshake request (the SDK's own limit). Default 15s.
+    #[serde(with = "humantime_serde")]
+    pub server_handshake_timeout: Duration,
 }
 
 impl Default for Config {
@@ -69,6 +119,7 @@ impl Default for Config {
             access_key: None,
             secondary_access_key: None,
             public_endpoint: None,
+            mode: ServiceMode::Auto,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
         }
@@ -82,6 +133,8 @@ impl Default for Limits {
             max_request_body_size: 1024 * 1024,
             max_pending_bytes_per_connection: 1024 * 1024,
             max_client_connections: 0,
+            max_server_message_size: 16 * 1024 * 1024,
+            max_pending_bytes_per_server_connection: 64 * 1024 * 1024,
         }
     }
 }
@@ -95,6 +148,9 @@ impl Default for Timeouts {
             connect_timeout: Duration::from_secs(15),
             long_poll_timeout: Duration::from_secs(90),
             long_poll_inactivity: Duration::from_secs(15),
+            server_keep_alive_interval: Duration::from_secs(5),
+            server_timeout: Duration::from_secs(30),
+            server_handshake_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -159,6 +215,14 @@ impl Config {
                 "limits.max_pending_bytes_per_connection",
                 limits.max_pending_bytes_per_connection,
             ),
+            (
+                "limits.max_server_message_size",
+                limits.max_server_message_size,
+            ),
+            (
+                "limits.max_pending_bytes_per_server_connection",
+                limits.max_pending_bytes_per_server_connection,
+            ),
         ] {
             if value < 1024 {
                 return Err(ConfigError::Invalid(format!(
@@ -174,6 +238,15 @@ impl Config {
             ("timeouts.connect_timeout", t.connect_timeout),
             ("timeouts.long_poll_timeout", t.long_poll_timeout),
             ("timeouts.long_poll_inactivity", t.long_poll_inactivity),
+            (
+                "timeouts.server_keep_alive_interval",
+                t.server_keep_alive_interval,
+            ),
+            ("timeouts.server_timeout", t.server_timeout),
+            (
+                "timeouts.server_handshake_timeout",
+                t.server_handshake_timeout,
+            ),
         ] {
             if value < Duration::from_millis(100) {
                 return Err(ConfigError::Invalid(format!(
@@ -184,6 +257,12 @@ impl Config {
         if t.keep_alive_interval >= t.client_timeout {
             return Err(ConfigError::Invalid(
                 "timeouts.keep_alive_interval must be shorter than timeouts.client_timeout".into(),
+            ));
+        }
+        if t.server_keep_alive_interval >= t.server_timeout {
+            return Err(ConfigError::Invalid(
+                "timeouts.server_keep_alive_interval must be shorter than timeouts.server_timeout"
+                    .into(),
             ));
         }
         Ok(())

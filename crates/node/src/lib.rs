@@ -6,6 +6,8 @@
 //!   operation REST (and later the service protocol) performs goes through it.
 //! - `client`: the client endpoint — negotiate, WebSockets, Server-Sent Events, long polling,
 //!   and the hub-protocol session each transport feeds.
+//! - `server`: Default mode — the app-server endpoint `/server` (Azure's service protocol),
+//!   pinning clients to app-server connections and relaying their traffic.
 //! - `rest`: the data-plane REST API (2022-06-01, v1, v1-preview), thin adapters over the executor.
 //! - [`metrics`]: every exported metric, served at `GET /metrics`.
 //! - [`serve`]: runs the HTTP server on a listener until a shutdown future completes.
@@ -18,6 +20,7 @@ mod http;
 pub mod metrics;
 pub mod node;
 mod rest;
+mod server;
 
 pub use config::Config;
 pub use node::Node;
@@ -39,6 +42,7 @@ pub fn routes(node: Arc<Node>) -> HttpRouter {
     HttpRouter::new()
         .merge(client::routes())
         .merge(rest::routes())
+        .merge(server::routes())
         .route("/metrics", axum::routing::get(metrics))
         .with_state(node)
 }
@@ -67,6 +71,8 @@ pub async fn serve(
     let app = routes(node.clone());
     let closing = node.clone();
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    // The peer address reaches app servers as X-Forwarded-For (Default mode).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
         closing.close_all_clients(SHUTDOWN_DRAIN).await;

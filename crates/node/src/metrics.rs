@@ -36,6 +36,10 @@ pub struct Metrics {
     /// Frames queued to client connections (one per recipient of each message).
     pub frames_delivered: Counter,
     pub rest_requests: Family<StatusLabel, Counter>,
+    /// App-server (service protocol) connections after their handshake.
+    pub server_connections: Gauge,
+    /// Service-protocol messages received from app servers.
+    pub server_messages_received: Counter,
 }
 
 impl Default for Metrics {
@@ -47,6 +51,8 @@ impl Default for Metrics {
         let messages_received = Counter::<u64, AtomicU64>::default();
         let frames_delivered = Counter::<u64, AtomicU64>::default();
         let rest_requests = Family::<StatusLabel, Counter>::default();
+        let server_connections = Gauge::default();
+        let server_messages_received = Counter::<u64, AtomicU64>::default();
         registry.register(
             "client_connections",
             "Client connections with an open transport",
@@ -77,6 +83,16 @@ impl Default for Metrics {
             "REST API requests, by status class",
             rest_requests.clone(),
         );
+        registry.register(
+            "server_connections",
+            "App-server connections (Default mode) after their handshake",
+            server_connections.clone(),
+        );
+        registry.register(
+            "server_messages_received",
+            "Service-protocol messages received from app servers",
+            server_messages_received.clone(),
+        );
         Metrics {
             registry,
             client_connections,
@@ -85,6 +101,8 @@ impl Default for Metrics {
             messages_received,
             frames_delivered,
             rest_requests,
+            server_connections,
+            server_messages_received,
         }
     }
 }

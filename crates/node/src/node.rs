@@ -21,8 +21,9 @@ use switchyard_hub_protocol::{encode_invocation, Format};
 use switchyard_router::{GroupMember, Interest, Router};
 
 use crate::client::ClientConnection;
-use crate::config::Config;
+use crate::config::{Config, ServiceMode};
 use crate::metrics::{Metrics, ReasonLabel, TransportLabel};
+use crate::server::{Invocations, Servers};
 
 pub struct Node {
     pub(crate) config: Config,
@@ -33,6 +34,10 @@ pub struct Node {
     /// Client connections by the value clients put in `id=` (token for negotiate v1,
     /// connection id for v0 and for connections made without negotiate).
     clients: RwLock<HashSet<ClientEntry>>,
+    /// App-server connections (Default mode), by hub.
+    pub(crate) servers: Servers,
+    /// Client results routed between app servers.
+    pub(crate) invocations: Invocations,
     started: Instant,
     pub metrics: Arc<Metrics>,
 }
@@ -129,6 +134,8 @@ impl Node {
             router,
             backplane,
             clients: RwLock::new(HashSet::new()),
+            servers: Servers::default(),
+            invocations: Invocations::default(),
             started: Instant::now(),
             metrics,
         })
@@ -145,6 +152,26 @@ impl Node {
     /// Milliseconds since the node started: the clock of per-connection timers.
     pub(crate) fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// App-server connections on this node, all hubs.
+    pub fn server_connection_count(&self) -> usize {
+        self.servers.count()
+    }
+
+    /// Whether a client of `hub` with this token is carried to an app server (Default mode)
+    /// rather than served here. Decided when the client connects.
+    pub(crate) fn serves_default_mode(
+        &self,
+        hub: &HubName,
+        token: &switchyard_auth::VerifiedToken,
+    ) -> bool {
+        match self.config.mode {
+            ServiceMode::Serverless => false,
+            ServiceMode::Default => true,
+            // A token naming an app server (`asrs.s.sn`) was issued by an app server's SDK.
+            ServiceMode::Auto => self.servers.seen(hub) || token.claim("asrs.s.sn").is_some(),
+        }
     }
 
     pub fn client_connection_count(&self) -> usize {
@@ -183,9 +210,11 @@ impl Node {
             .connection
             .outbound()
             .close_reason()
-            .map_or("client_closed", |r| r.code());
+            .unwrap_or(CloseReason::ClientClosed);
         client.connection.close(CloseReason::ClientClosed);
         client.hub.remove_connection(client.connection.id());
+        crate::server::link::client_finished(self, client, &reason);
+        let reason = reason.code();
         self.clients.write().remove(&*client.key);
         if let Some(transport) = client.transport() {
             self.metrics
@@ -217,6 +246,7 @@ impl Node {
             tick.tick().await;
             self.check_clients();
             self.router.sweep(Instant::now());
+            self.invocations.sweep(&self, Instant::now());
         }
     }
 

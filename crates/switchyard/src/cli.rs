@@ -47,6 +47,10 @@ struct SettingsArgs {
     /// URL clients use to reach the service [default: http://{listen}].
     #[arg(long)]
     public_endpoint: Option<String>,
+    /// auto (Default mode for hubs with app servers, serverless otherwise), default, or
+    /// serverless [default: auto].
+    #[arg(long)]
+    mode: Option<String>,
     /// Any other setting as dotted-key=value, e.g. --set limits.max_client_message_size=65536.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -110,6 +114,7 @@ fn load(args: &SettingsArgs) -> Result<Config, String> {
         ("access_key", &args.access_key),
         ("secondary_access_key", &args.secondary_access_key),
         ("public_endpoint", &args.public_endpoint),
+        ("mode", &args.mode),
     ] {
         if let Some(value) = value {
             overrides.push((key.to_string(), value.clone()));

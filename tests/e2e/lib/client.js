@@ -128,25 +128,96 @@ async function connect(service, {
     if (token === undefined) token = minted.accessToken;
     if (url === undefined) url = minted.url;
   }
+  return build({
+    url,
+    options: { transport: signalR.HttpTransportType[transport], skipNegotiation, accessTokenFactory: () => token },
+    transport,
+    protocol,
+    methods,
+    start,
+    extra: { url, token },
+  });
+}
+
+/**
+ * Build (and by default start) a HubConnection to an app server's hub (Default mode): the
+ * client negotiates at `${app.baseUrl}/${hub}/negotiate?user=…`, is redirected to the service
+ * with the app server's token, negotiates there and connects. `handlers` are client methods
+ * that return a value (client results), e.g. `{ Ask: (x) => x * 2 }`.
+ * @returns {Promise<{connection, inbox: Inbox, closed: Promise<Error|undefined>, url: string, app, user}>}
+ */
+async function connectApp(app, {
+  hub,
+  user,
+  transport = 'WebSockets',
+  protocol = 'json',
+  methods = ['Measure'],
+  handlers = {},
+  start = true,
+} = {}) {
+  const url = app.hubUrl(hub, user);
+  return build({
+    url,
+    options: { transport: signalR.HttpTransportType[transport] },
+    transport,
+    protocol,
+    methods,
+    handlers,
+    start,
+    extra: { url, app, user, name: `${transport}/${protocol}` },
+  });
+}
+
+async function build({ url, options, transport, protocol, methods, handlers = {}, start, extra }) {
   let builder = new signalR.HubConnectionBuilder()
-    .withUrl(url, {
-      transport: signalR.HttpTransportType[transport],
-      skipNegotiation,
-      accessTokenFactory: () => token,
-    })
+    .withUrl(url, options)
     .configureLogging(clientLogLevel());
   if (protocol === 'messagepack') builder = builder.withHubProtocol(new MessagePackHubProtocol());
   const connection = builder.build();
   const inbox = new Inbox(connection, methods);
+  for (const [method, handler] of Object.entries(handlers)) connection.on(method, handler);
   let resolveClosed;
   const closed = new Promise((r) => {
     resolveClosed = r;
   });
   connection.onclose((error) => resolveClosed(error));
   open.add(connection);
-  const handle = { connection, inbox, closed, url, token };
-  if (start) await waitFor(connection.start(), 10000, `start() over ${transport}/${protocol}`);
+  const handle = { connection, inbox, closed, ...extra };
+  if (start) await waitFor(connection.start(), 10000, `start() over ${transport}/${protocol} (${url})`);
   return handle;
+}
+
+/**
+ * Start `connection` expecting start() to fail; resolves with the error start() rejected with.
+ *
+ * @microsoft/signalr creates its handshake promise before it sends the handshake request and
+ * attaches a handler to it only once that send has completed. Over SSE and long polling the
+ * send is an HTTP POST, so a handshake *error* that the service writes to the other HTTP
+ * stream can arrive before the POST's response and reject that promise while nothing handles
+ * it yet. Node reports that as an unhandled rejection (node:test fails the running test),
+ * although the client handles it a moment later and start() rejects with that same error.
+ * While start() runs, such a rejection whose message matches `expected` is not passed on to
+ * node:test; any other is.
+ */
+async function startFailure(connection, expected, ms = 10000) {
+  const listeners = process.listeners('unhandledRejection');
+  const filter = (reason, promise) => {
+    if (reason instanceof Error && expected.test(reason.message)) return;
+    for (const l of listeners) l(reason, promise);
+  };
+  const handledLate = () => {}; // and no PromiseRejectionHandledWarning for it
+  process.removeAllListeners('unhandledRejection');
+  process.on('unhandledRejection', filter);
+  process.on('rejectionHandled', handledLate);
+  try {
+    return await waitFor(connection.start().then(() => undefined, (e) => e), ms, 'start() to fail');
+  } finally {
+    process.removeListener('unhandledRejection', filter);
+    for (const l of listeners) process.on('unhandledRejection', l);
+    // Let a late rejectionHandled event find the listener before it goes.
+    await new Promise(setImmediate);
+    process.removeListener('rejectionHandled', handledLate);
+  }
 }
 
 async function closeAll() {
@@ -200,6 +271,8 @@ module.exports = {
   uniqueHub,
   Inbox,
   connect,
+  connectApp,
+  startFailure,
   closeAll,
   expectNothing,
   ABSENCE_MS,

@@ -125,15 +125,18 @@ function childEnv() {
   return env;
 }
 
-/** Start `switchyard serve --listen 127.0.0.1:0` and wait for its address. */
-async function startService() {
+/**
+ * Start `switchyard serve --listen 127.0.0.1:0` (plus `extraArgs`, e.g. `['--mode', 'default']`)
+ * and wait for its address. Its stderr log goes to `logPath` when given (default: E2E_SERVICE_LOG).
+ */
+async function startService(extraArgs = [], { logPath = process.env.E2E_SERVICE_LOG } = {}) {
   const bin = binaryPath();
-  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0'], {
+  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0', ...extraArgs], {
     env: childEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const service = new Service(child, bin);
-  const logFile = process.env.E2E_SERVICE_LOG ? fs.createWriteStream(process.env.E2E_SERVICE_LOG) : null;
+  const logFile = logPath ? fs.createWriteStream(logPath) : null;
   readline.createInterface({ input: child.stderr }).on('line', (line) => {
     service.logTail.push(line);
     if (service.logTail.length > 200) service.logTail.shift();
@@ -175,4 +178,4 @@ async function startService() {
   return service;
 }
 
-module.exports = { startService, parseConnectionString, EMULATOR_KEY };
+module.exports = { startService, parseConnectionString, childEnv, EMULATOR_KEY };

@@ -27,6 +27,7 @@ use switchyard_router::{Connection, Hub};
 
 use crate::http::{authenticate, bearer_token, text_error, Query, TextError};
 use crate::node::Node;
+use crate::server::link::{ConnectInfo, DefaultLink};
 
 pub(crate) use session::Inbound;
 
@@ -81,6 +82,8 @@ pub(crate) struct ClientConnection {
     /// Held only while bytes are parsed, never across an await.
     pub(crate) inbound: Mutex<Inbound>,
     pub(crate) poll: longpoll::PollState,
+    /// Default mode: the way to this client's app server. `None` for serverless hubs.
+    pub(crate) link: Mutex<Option<Box<DefaultLink>>>,
 }
 
 impl ClientConnection {
@@ -104,6 +107,9 @@ impl ClientConnection {
                 Duration::from_secs(s.into())
             });
         let allowed_transports = token.allowed_transports().unwrap_or(0b111);
+        let link = node
+            .serves_default_mode(hub.name(), &token)
+            .then(|| DefaultLink::new(&token));
         let now = node.now_ms();
         Arc::new(ClientConnection {
             key: key.into_boxed_str(),
@@ -126,7 +132,19 @@ impl ClientConnection {
             finished: AtomicBool::new(false),
             inbound: Mutex::new(Inbound::new()),
             poll: longpoll::PollState::default(),
+            link: Mutex::new(link),
         })
+    }
+
+    /// Default mode: keeps what the connect request looked like, for the app server.
+    pub(crate) fn set_connect_info(&self, request: &axum::http::request::Parts) {
+        if let Some(link) = self.link.lock().as_mut() {
+            let peer = request
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|info| info.0);
+            link.set_connect_info(ConnectInfo::capture(&request.headers, &request.uri, peer));
+        }
     }
 
     pub(crate) fn transport(&self) -> Option<Transport> {
@@ -314,7 +332,7 @@ async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
                 Ok(upgrade) => upgrade,
                 Err(rejection) => return axum::response::IntoResponse::into_response(rejection),
             };
-        return websocket::connect(node, hub, token, id, upgrade);
+        return websocket::connect(node, hub, token, id, upgrade, &parts);
     }
     let Some(id) = id else {
         return text_error(StatusCode::BAD_REQUEST, "Connection ID required");
@@ -328,6 +346,9 @@ async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
+    if parts.method == Method::GET {
+        client.set_connect_info(&parts);
+    }
     match parts.method {
         Method::GET if wants_sse => sse::stream(node, client),
         Method::GET => longpoll::poll(node, client).await,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
@@ -18,6 +18,7 @@ use switchyard_hub_protocol::{
 use super::{ClientConnection, Transport};
 use crate::http::text_error;
 use crate::node::Node;
+use crate::server::link::framing;
 
 /// Parse state of what the client sent so far.
 pub(crate) struct Inbound {
@@ -27,6 +28,8 @@ pub(crate) struct Inbound {
     scanned: usize,
     /// `None` until the handshake succeeded.
     splitter: Option<FrameSplitter>,
+    /// Default mode: messages go to the app server instead of being acted on here.
+    forward: bool,
 }
 
 impl Inbound {
@@ -35,6 +38,7 @@ impl Inbound {
             buffer: BytesMut::new(),
             scanned: 0,
             splitter: None,
+            forward: false,
         }
     }
 }
@@ -63,9 +67,15 @@ impl ClientConnection {
                 return Ok(());
             }
             match self.handshake(node, &mut inbound.buffer)? {
-                Some(splitter) => inbound.splitter = Some(splitter),
+                Some((splitter, forward)) => {
+                    inbound.splitter = Some(splitter);
+                    inbound.forward = forward;
+                }
                 None => return Ok(()),
             }
+        }
+        if inbound.forward {
+            return self.forward(node, inbound);
         }
         let splitter = inbound.splitter.as_ref().expect("handshake done");
         let format = splitter.format();
@@ -98,13 +108,69 @@ impl ClientConnection {
         Ok(())
     }
 
-    /// Reads the handshake request. `Ok(None)`: need more bytes. On success the response is
-    /// queued and the connection joins its hub.
+    /// Default mode: sends every whole message to the app server (one ConnectionData per read,
+    /// so the app server sees the client's messages in order and batched as they came).
+    fn forward(&self, node: &Node, inbound: &mut Inbound) -> Result<(), CloseReason> {
+        let splitter = inbound.splitter.as_ref().expect("handshake done");
+        let format = splitter.format();
+        let mut frames: Vec<Bytes> = Vec::new();
+        let mut closing = false;
+        loop {
+            let frame = splitter
+                .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
+                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+            let Some(frame) = frame else {
+                break;
+            };
+            node.metrics.messages_received.inc();
+            let message = peek(format, frame.body())
+                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+            if message.message_type == TYPE_PING {
+                self.client_pings.store(true, Ordering::Relaxed);
+            }
+            frames.push(frame.framed);
+            if message.message_type == TYPE_CLOSE {
+                closing = true;
+                break;
+            }
+        }
+        if inbound.buffer.is_empty() {
+            inbound.buffer = BytesMut::new();
+            inbound.scanned = 0;
+        }
+        if !frames.is_empty() {
+            let payload = if frames.len() == 1 {
+                frames.pop().expect("one frame")
+            } else {
+                let mut joined = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
+                for frame in &frames {
+                    joined.extend_from_slice(frame);
+                }
+                joined.freeze()
+            };
+            let sent = self
+                .link
+                .lock()
+                .as_ref()
+                .is_some_and(|link| link.forward(self, payload));
+            if !sent {
+                return Err(CloseReason::AppServerGone);
+            }
+        }
+        if closing {
+            return Err(CloseReason::ClientClosed);
+        }
+        Ok(())
+    }
+
+    /// Reads the handshake request. `Ok(None)`: need more bytes. On success the connection
+    /// joins its hub and either the response is queued (serverless) or the request goes to the
+    /// client's app server, which answers it (Default mode; the `bool` is then true).
     fn handshake(
         &self,
         node: &Node,
         buffer: &mut BytesMut,
-    ) -> Result<Option<FrameSplitter>, CloseReason> {
+    ) -> Result<Option<(FrameSplitter, bool)>, CloseReason> {
         let max = node.config.limits.max_client_message_size;
         let (request, consumed) = match handshake::parse_request(buffer, max) {
             Ok(Some(parsed)) => parsed,
@@ -118,9 +184,15 @@ impl ClientConnection {
                 )));
             }
         };
-        buffer.advance(consumed);
+        let raw_request = buffer.split_to(consumed).freeze();
         let protocol = Protocol::from_name(&request.protocol);
-        let Some(format) = Format::from_protocol(&protocol) else {
+        // Default mode relays bytes only, so it also carries protocols it cannot encode.
+        let format = if self.link.lock().is_some() {
+            framing(&protocol)
+        } else {
+            Format::from_protocol(&protocol)
+        };
+        let Some(format) = format else {
             return Err(self.refuse_handshake(&format!(
                 "The protocol '{}' is not supported.",
                 request.protocol
@@ -138,6 +210,11 @@ impl ClientConnection {
                 request.protocol
             )));
         }
+        if self.link.lock().is_some() {
+            return self
+                .open_default(node, protocol, &request.protocol, raw_request)
+                .map(|()| Some((FrameSplitter::new(format, max), true)));
+        }
         self.connection.set_protocol(protocol);
         self.connection
             .outbound()
@@ -154,7 +231,50 @@ impl ClientConnection {
             return Err(CloseReason::ClientClosed);
         }
         self.handshake_done.store(true, Ordering::Relaxed);
-        Ok(Some(FrameSplitter::new(format, max)))
+        Ok(Some((FrameSplitter::new(format, max), false)))
+    }
+
+    /// Default mode: pins the client to a server connection, announces it and hands over its
+    /// handshake request. The app server's answer is relayed when it comes.
+    fn open_default(
+        &self,
+        node: &Node,
+        protocol: Protocol,
+        protocol_name: &str,
+        raw_request: Bytes,
+    ) -> Result<(), CloseReason> {
+        let Some(me) = node.client(&self.key) else {
+            return Err(CloseReason::ClientClosed);
+        };
+        let mut guard = self.link.lock();
+        let link = guard.as_mut().expect("checked by the caller");
+        let server = node
+            .servers
+            .pick(
+                self.hub.name(),
+                link.sticky_server.as_deref(),
+                link.sticky_required,
+            )
+            .map_err(|e| self.refuse_handshake(&e.client_error()))?;
+        self.connection.set_protocol(protocol);
+        if !self.hub.add_connection(self.connection.clone()) {
+            return Err(CloseReason::ProtocolError(
+                "connection id already in use".into(),
+            ));
+        }
+        if self.is_finished() {
+            self.hub.remove_connection(self.connection.id());
+            return Err(CloseReason::ClientClosed);
+        }
+        if !link.open(&me, server, protocol_name, raw_request) {
+            return Err(CloseReason::AppServerGone);
+        }
+        Ok(())
+    }
+
+    /// Default mode: the app server's handshake response went out to the client.
+    pub(crate) fn mark_handshake_done(&self) {
+        self.handshake_done.store(true, Ordering::Relaxed);
     }
 
     fn refuse_handshake(&self, error: &str) -> CloseReason {
@@ -186,7 +306,7 @@ impl ClientConnection {
 
     /// The Close message to send before ending, if the client completed its handshake.
     pub(crate) fn close_frame(&self, reason: &CloseReason) -> Option<Bytes> {
-        let format = Format::from_protocol(self.connection.protocol()?)?;
+        let format = framing(self.connection.protocol()?)?;
         Some(encode_close(
             format,
             reason.close_error().as_deref(),

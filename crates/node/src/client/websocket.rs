@@ -19,6 +19,7 @@ use tokio::time::{timeout, Instant};
 use super::{create_client, ClientConnection, Transport};
 use crate::http::text_error;
 use crate::node::Node;
+use crate::server::link::framing;
 
 /// A single write that takes longer than this closes the connection (ASP.NET's default).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,6 +40,7 @@ pub(super) fn connect(
     token: VerifiedToken,
     id: Option<String>,
     upgrade: WebSocketUpgrade,
+    request: &axum::http::request::Parts,
 ) -> Response {
     let id_less = id.is_none();
     let client = match id {
@@ -52,6 +54,7 @@ pub(super) fn connect(
             Err(error) => return error.into_response(),
         },
     };
+    client.set_connect_info(request);
     if client
         .poll
         .websocket_active
@@ -226,10 +229,10 @@ async fn close(
     close_socket(node, client, socket).await;
 }
 
-/// Whether this connection's frames go out binary: MessagePack connections, from the
-/// handshake response on (ASP.NET sets the transfer format before answering the handshake).
+/// Whether this connection's frames go out binary: MessagePack-framed connections (also
+/// `blazorpack` in Default mode), from the handshake response on (ASP.NET sets the transfer format before answering the handshake).
 fn is_binary(client: &ClientConnection) -> bool {
-    client.connection.protocol().and_then(Format::from_protocol) == Some(Format::MessagePack)
+    client.connection.protocol().and_then(framing) == Some(Format::MessagePack)
 }
 
 fn ws_message(binary: bool, frame: Bytes) -> WsMessage {

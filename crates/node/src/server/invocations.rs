@@ -1,0 +1,174 @@
+//! Client results across app servers (fact sheet §1.9): an app server asks a client for a
+//! result with ClientInvocation; if the client is pinned to another app server, that one
+//! routes the client's answer back as ClientCompletion, which the service forwards to the
+//! caller. The service remembers each routed invocation until it completes, the client goes,
+//! or ten minutes pass.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use switchyard_core::{ConnectionId, HubName};
+use switchyard_service_protocol::{
+    ClientInvocation, ErrorCompletion, Extensions, ServiceMapping, ServiceMessage,
+};
+
+use super::ServerConnection;
+use crate::node::Node;
+
+/// How long a routed invocation is remembered (Azure's cache limit).
+const PENDING_LIMIT: Duration = Duration::from_secs(600);
+
+struct Pending {
+    hub: HubName,
+    connection: ConnectionId,
+    caller_server_id: Arc<str>,
+    /// The connection the invocation came on: answers go back there first.
+    caller: Arc<ServerConnection>,
+    created: Instant,
+}
+
+#[derive(Default)]
+pub(crate) struct Invocations {
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+impl Invocations {
+    /// ClientInvocation from app server connection `from`.
+    pub(crate) fn invoke(&self, node: &Node, from: &Arc<ServerConnection>, call: ClientInvocation) {
+        let client = ConnectionId::new(&call.connection_id)
+            .ok()
+            .and_then(|id| node.servers.find_client(&from.hub, &id));
+        let Some(client) = client else {
+            from.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
+                invocation_id: call.invocation_id,
+                connection_id: call.connection_id.clone(),
+                caller_server_id: call.caller_server_id,
+                error: format!("Connection '{}' does not exist.", call.connection_id),
+                ext: Extensions::default(),
+            }));
+            return;
+        };
+        let router = client.link.lock().as_ref().and_then(|l| l.server.clone());
+        let protocol = client.connection.protocol().cloned();
+        if let Some(protocol) = &protocol {
+            if let Some((_, payload)) = call
+                .payloads
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(protocol.name()))
+            {
+                client.connection.outbound().push(payload.clone());
+            }
+        }
+        let caller_server_id: Arc<str> = Arc::from(call.caller_server_id.as_str());
+        let Some(router) = router.filter(|r| r.server_id != caller_server_id) else {
+            // The caller hosts the client: it sees the answer itself.
+            return;
+        };
+        self.pending.lock().insert(
+            call.invocation_id.clone(),
+            Pending {
+                hub: from.hub.clone(),
+                connection: client.connection.id().clone(),
+                caller_server_id,
+                caller: from.clone(),
+                created: Instant::now(),
+            },
+        );
+        from.send(&ServiceMessage::ServiceMapping(ServiceMapping {
+            invocation_id: call.invocation_id.clone(),
+            connection_id: call.connection_id.clone(),
+            instance_id: node.node_id.to_string(),
+            ext: Extensions::default(),
+        }));
+        router.send(&ServiceMessage::ClientInvocation(call));
+    }
+
+    /// ClientCompletion or ErrorCompletion from an app server: forwarded to the caller when
+    /// another server routed it; from the caller itself it only ends the bookkeeping.
+    pub(crate) fn complete(
+        &self,
+        node: &Node,
+        from: &Arc<ServerConnection>,
+        invocation_id: &str,
+        message: ServiceMessage,
+    ) {
+        let Some(pending) = self.pending.lock().remove(invocation_id) else {
+            return;
+        };
+        if pending.caller_server_id == from.server_id {
+            return;
+        }
+        if let Some(caller) = node.servers.of_server(
+            &pending.hub,
+            &pending.caller_server_id,
+            Some(&pending.caller),
+        ) {
+            caller.send(&message);
+        }
+    }
+
+    /// A client left: its callers on other servers get an error completion.
+    pub(crate) fn client_gone(&self, node: &Node, hub: &HubName, connection: &ConnectionId) {
+        let gone: Vec<(String, Pending)> = {
+            let mut pending = self.pending.lock();
+            if pending.is_empty() {
+                return;
+            }
+            let ids: Vec<String> = pending
+                .iter()
+                .filter(|(_, p)| &p.connection == connection && &p.hub == hub)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| pending.remove(&id).map(|p| (id, p)))
+                .collect()
+        };
+        for (id, pending) in gone {
+            fail(node, id, pending, "Connection disconnected.");
+        }
+    }
+
+    /// Drops invocations older than the limit, telling their callers.
+    pub(crate) fn sweep(&self, node: &Node, now: Instant) {
+        let expired: Vec<(String, Pending)> = {
+            let mut pending = self.pending.lock();
+            if pending.is_empty() {
+                return;
+            }
+            let ids: Vec<String> = pending
+                .iter()
+                .filter(|(_, p)| now.duration_since(p.created) > PENDING_LIMIT)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| pending.remove(&id).map(|p| (id, p)))
+                .collect()
+        };
+        for (id, pending) in expired {
+            fail(
+                node,
+                id,
+                pending,
+                "The client did not answer the invocation within 10 minutes.",
+            );
+        }
+    }
+}
+
+fn fail(node: &Node, invocation_id: String, pending: Pending, error: &str) {
+    if let Some(caller) = node.servers.of_server(
+        &pending.hub,
+        &pending.caller_server_id,
+        Some(&pending.caller),
+    ) {
+        caller.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
+            invocation_id,
+            connection_id: pending.connection.as_str().to_string(),
+            caller_server_id: pending.caller_server_id.to_string(),
+            error: error.to_string(),
+            ext: Extensions::default(),
+        }));
+    }
+}
