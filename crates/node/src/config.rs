@@ -40,7 +40,8 @@ pub enum ServiceMode {
     Auto,
     /// Every client is carried to an app server; with none connected the handshake fails.
     Default,
-    /// No app server connections are accepted (`/server` answers the handshake with an error).
+    /// Clients are never carried to app servers; app servers may only connect with Weak
+    /// (send-only) connections, as the Management SDK's persistent mode does.
     Serverless,
 }
 

@@ -73,6 +73,11 @@ pub async fn serve(
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     // The peer address reaches app servers as X-Forwarded-For (Default mode).
     let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    // Small frames go out at once: Nagle's algorithm would hold a frame written while an
+    // earlier one is unacknowledged (up to the peer's delayed-ACK time).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
         closing.close_all_clients(SHUTDOWN_DRAIN).await;

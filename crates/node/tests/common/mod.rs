@@ -61,6 +61,33 @@ impl TestServer {
         }
     }
 
+    /// The key tokens are signed with: the configured access key, else the Emulator's.
+    pub fn key(&self) -> String {
+        self.node
+            .config()
+            .access_key
+            .clone()
+            .unwrap_or_else(|| EMULATOR_ACCESS_KEY.to_string())
+    }
+
+    /// `ws://127.0.0.1:PORT/server/?hub=HUB` (the app-server endpoint).
+    pub fn server_ws_url(&self, hub: &str) -> String {
+        format!("ws://{}/server/?hub={hub}", self.addr)
+    }
+
+    /// The audience the server SDK puts in its tokens: `http://{host}/server/?hub={hub}`,
+    /// without the port.
+    pub fn server_audience(&self, hub: &str) -> String {
+        format!("http://{}/server/?hub={hub}", self.addr.ip())
+    }
+
+    /// An app-server token as the SDK issues it: `nameid` = the server id.
+    pub fn server_token(&self, hub: &str, server_id: &str) -> String {
+        TokenBuilder::new(self.server_audience(hub))
+            .claim("nameid", server_id)
+            .sign(&self.key(), now())
+    }
+
     pub fn token(&self, hub: &str, user: Option<&str>) -> String {
         let mut builder = TokenBuilder::new(self.client_url(hub));
         if let Some(user) = user {
