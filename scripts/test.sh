@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite and installs what it needs: Rust checks and tests, the end-to-end
-# tests with the official JavaScript client, and the third-party client compatibility tests.
+# tests with the official JavaScript client, the browser tests (that client in headless
+# Chromium, cross-origin), and the third-party client compatibility tests.
 # Usage: scripts/test.sh            (everything)
 #        SKIP_COMPAT=1 scripts/test.sh   (skip tests/compat, e.g. on a machine without Java/Go)
+#        SKIP_BROWSER=1 scripts/test.sh  (skip tests/browser, e.g. on a machine without Chromium)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +37,31 @@ run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path 
 step "building the service and the bench app server for the end-to-end tests"
 cargo build -p switchyard -p switchyard-bench --locked
 run "end-to-end tests (@microsoft/signalr in Node)" bash -c 'cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error && npm test'
+
+# Chromium from the distribution's package (Debian: `chromium`), as root or through sudo.
+# playwright-core drives it; nothing may download a browser of its own.
+ensure_chromium() {
+  if [ -n "${CHROMIUM_PATH:-}" ] || need chromium || need chromium-browser; then return 0; fi
+  echo "installing Chromium (apt-get install chromium) for the browser tests"
+  local as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    need sudo || { echo "chromium is missing; installing it needs root or sudo (or set CHROMIUM_PATH)"; return 1; }
+    as_root=(sudo)
+  fi
+  "${as_root[@]}" apt-get update -qq \
+    && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+}
+browser_tests() {
+  ensure_chromium && (
+    cd tests/browser \
+      && export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 \
+      && npm ci --no-audit --no-fund --loglevel=error \
+      && npm test
+  )
+}
+if [ -z "${SKIP_BROWSER:-}" ]; then
+  run "browser tests (@microsoft/signalr in headless Chromium, cross-origin CORS)" browser_tests
+fi
 if [ -z "${SKIP_COMPAT:-}" ] && [ -x tests/compat/run.sh ]; then
   run "client compatibility tests (Python, Go, Java clients)" tests/compat/run.sh
 fi

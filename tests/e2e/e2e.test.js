@@ -20,6 +20,7 @@ const CASES = [
   'invoke', // 7: invoking client gets closed, bystander unaffected
   'skip-negotiation', // 8: id-less WebSocket connect
   'default-mode', // 9: app servers (switchyard-bench): redirect, hub methods, two servers, order
+  'upstream', // 10: upstream webhooks: events, signatures, invocation results (own service)
 ];
 
 /** Filled in by the before() hook; case files read it lazily inside their tests. */

@@ -25,6 +25,10 @@ pub struct Config {
     pub mode: ServiceMode,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    /// Which browser origins may call the service (CORS). See [`Cors`].
+    pub cors: Cors,
+    /// Serverless upstream webhooks (only in the file: `[[upstream.templates]]`).
+    pub upstream: Upstream,
 }
 
 /// Whether client traffic goes to app servers (Azure's Default mode) or stays in the service
@@ -113,6 +117,68 @@ pub struct Timeouts {
     pub server_handshake_timeout: Duration,
 }
 
+/// Where serverless clients' events and invocations are POSTed (Azure's upstream settings).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Upstream {
+    /// Ordered; the first template matching an event's hub, category and event is used.
+    /// Empty (the default): no upstream, and a serverless client that invokes is closed.
+    pub templates: Vec<UpstreamTemplate>,
+    /// Time one upstream request may take, waiting for a free slot included; past it an
+    /// invocation is answered with an error completion. Default 30s: long enough for a cold
+    /// Azure Functions host, short enough that a hung upstream is noticed (only the client
+    /// whose invocation hangs waits; see `upstream` in the node crate).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Requests in flight to one upstream origin (scheme, host, port) at a time; more wait
+    /// their turn. Default 64.
+    pub max_concurrency: usize,
+    /// Largest upstream response body read, in bytes. Default 16 MiB (the Emulator's limit).
+    pub max_response_size: usize,
+}
+
+/// One `[[upstream.templates]]` entry. A pattern is `*`, a name, or comma-separated names
+/// (trimmed, matched case-insensitively).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct UpstreamTemplate {
+    /// http(s) URL; `{hub}`, `{category}` and `{event}` are replaced, URI-escaped.
+    pub url_template: String,
+    #[serde(default = "any_pattern")]
+    pub hub_pattern: String,
+    #[serde(default = "any_pattern")]
+    pub event_pattern: String,
+    #[serde(default = "any_pattern")]
+    pub category_pattern: String,
+}
+
+fn any_pattern() -> String {
+    "*".to_string()
+}
+
+impl UpstreamTemplate {
+    /// A template matching everything.
+    pub fn new(url_template: impl Into<String>) -> Self {
+        UpstreamTemplate {
+            url_template: url_template.into(),
+            hub_pattern: any_pattern(),
+            event_pattern: any_pattern(),
+            category_pattern: any_pattern(),
+        }
+    }
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            templates: Vec::new(),
+            timeout: Duration::from_secs(30),
+            max_concurrency: 64,
+            max_response_size: 16 * 1024 * 1024,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -123,6 +189,8 @@ impl Default for Config {
             mode: ServiceMode::Auto,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
+            cors: Cors::default(),
+            upstream: Upstream::default(),
         }
     }
 }
@@ -136,6 +204,29 @@ impl Default for Limits {
             max_client_connections: 0,
             max_server_message_size: 16 * 1024 * 1024,
             max_pending_bytes_per_server_connection: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Cross-origin access for browser clients (the middleware is in `cors.rs`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Cors {
+    /// Origins (`scheme://host[:port]`) whose pages may call the service; `"*"` = any origin,
+    /// `"null"` = pages without an origin (file:, sandboxed frames); empty = none. An allowed
+    /// origin is echoed in `Access-Control-Allow-Origin` with `Access-Control-Allow-Credentials:
+    /// true`, never `*`. Default `["*"]`, like Azure's default and the Emulator.
+    pub allowed_origins: Vec<String>,
+    /// How long browsers may cache a preflight answer (`Access-Control-Max-Age`). Default 10m.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+impl Default for Cors {
+    fn default() -> Self {
+        Cors {
+            allowed_origins: vec!["*".into()],
+            max_age: Duration::from_secs(600),
         }
     }
 }
@@ -231,6 +322,7 @@ impl Config {
                 )));
             }
         }
+        self.cors.validate()?;
         let t = &self.timeouts;
         for (name, value) in [
             ("timeouts.keep_alive_interval", t.keep_alive_interval),
@@ -265,6 +357,32 @@ impl Config {
                 "timeouts.server_keep_alive_interval must be shorter than timeouts.server_timeout"
                     .into(),
             ));
+        }
+        self.validate_upstream()
+    }
+
+    fn validate_upstream(&self) -> Result<(), ConfigError> {
+        let upstream = &self.upstream;
+        if upstream.timeout < Duration::from_millis(100) {
+            return Err(ConfigError::Invalid(format!(
+                "upstream.timeout must be at least 100ms (got {:?})",
+                upstream.timeout
+            )));
+        }
+        if upstream.max_concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "upstream.max_concurrency must be at least 1".into(),
+            ));
+        }
+        if upstream.max_response_size < 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "upstream.max_response_size must be at least 1024 bytes (got {})",
+                upstream.max_response_size
+            )));
+        }
+        for (index, template) in upstream.templates.iter().enumerate() {
+            crate::upstream::Template::parse(template)
+                .map_err(|e| ConfigError::Invalid(format!("upstream.templates[{index}].{e}")))?;
         }
         Ok(())
     }

@@ -8,19 +8,27 @@
 //!   and the hub-protocol session each transport feeds.
 //! - `server`: Default mode — the app-server endpoint `/server` (Azure's service protocol),
 //!   pinning clients to app-server connections and relaying their traffic.
+//! - `upstream`: serverless upstream webhooks — client events and invocations POSTed to the
+//!   app's endpoint, invocation results relayed back.
 //! - `rest`: the data-plane REST API (2022-06-01, v1, v1-preview), thin adapters over the executor.
 //! - [`metrics`]: every exported metric, served at `GET /metrics`.
+//! - `cors`: cross-origin access for browsers, a middleware in front of every route.
 //! - [`serve`]: runs the HTTP server on a listener until a shutdown future completes.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 mod client;
 pub mod config;
+mod cors;
+/// Exists for the fuzz targets in `fuzz/` only (wrappers over crate-private parsers); not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 pub mod metrics;
 pub mod node;
 mod rest;
 mod server;
+mod upstream;
 
 pub use config::Config;
 pub use node::Node;
@@ -37,14 +45,17 @@ const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
 /// How long in-flight responses may take after the drain before the server stops anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
-/// The service's HTTP routes for a node.
+/// The service's HTTP routes for a node, behind the CORS middleware (which also answers
+/// preflights for paths no route serves).
 pub fn routes(node: Arc<Node>) -> HttpRouter {
+    let cors = Arc::new(cors::CorsPolicy::new(&node.config().cors));
     HttpRouter::new()
         .merge(client::routes())
         .merge(rest::routes())
         .merge(server::routes())
         .route("/metrics", axum::routing::get(metrics))
         .with_state(node)
+        .layer(axum::middleware::from_fn_with_state(cors, cors::layer))
 }
 
 /// Prometheus text exposition of the node's metrics.

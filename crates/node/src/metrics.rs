@@ -25,6 +25,15 @@ pub struct StatusLabel {
     pub status: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    /// `connections` or `messages`.
+    pub category: &'static str,
+    /// `ok`, `error_status`, `timeout`, `unreachable`, `too_large`, `invalid_response`,
+    /// `rejected` (the connection's queue was full; nothing was sent).
+    pub outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     /// Client connections with a transport, by transport.
@@ -40,6 +49,8 @@ pub struct Metrics {
     pub server_connections: Gauge,
     /// Service-protocol messages received from app servers.
     pub server_messages_received: Counter,
+    /// Upstream webhook requests, by category and outcome.
+    pub upstream_requests: Family<UpstreamLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -53,6 +64,7 @@ impl Default for Metrics {
         let rest_requests = Family::<StatusLabel, Counter>::default();
         let server_connections = Gauge::default();
         let server_messages_received = Counter::<u64, AtomicU64>::default();
+        let upstream_requests = Family::<UpstreamLabel, Counter>::default();
         registry.register(
             "client_connections",
             "Client connections with an open transport",
@@ -93,6 +105,11 @@ impl Default for Metrics {
             "Service-protocol messages received from app servers",
             server_messages_received.clone(),
         );
+        registry.register(
+            "upstream_requests",
+            "Upstream webhook requests, by category and outcome",
+            upstream_requests.clone(),
+        );
         Metrics {
             registry,
             client_connections,
@@ -103,6 +120,7 @@ impl Default for Metrics {
             rest_requests,
             server_connections,
             server_messages_received,
+            upstream_requests,
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Node {
     pub(crate) servers: Servers,
     /// Client results routed between app servers.
     pub(crate) invocations: Invocations,
+    /// Serverless upstream webhooks; `None` without templates.
+    pub(crate) upstream: Option<Arc<crate::upstream::Upstream>>,
     started: Instant,
     pub metrics: Arc<Metrics>,
 }
@@ -127,9 +129,12 @@ impl Node {
                 metrics: metrics.clone(),
             }),
         );
+        let upstream =
+            crate::upstream::Upstream::new(&config.upstream, keys.clone(), metrics.clone());
         Arc::new(Node {
             config,
             keys,
+            upstream,
             node_id,
             router,
             backplane,
@@ -214,6 +219,8 @@ impl Node {
         client.connection.close(CloseReason::ClientClosed);
         client.hub.remove_connection(client.connection.id());
         crate::server::link::client_finished(self, client, &reason);
+        // Before the client leaves the table: the upstream's task is given it from there.
+        crate::upstream::client_finished(self, client, &reason);
         let reason = reason.code();
         self.clients.write().remove(&*client.key);
         if let Some(transport) = client.transport() {

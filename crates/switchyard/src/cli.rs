@@ -27,6 +27,26 @@ enum Command {
     Serve(ServeArgs),
     /// Print a client URL and access token for a hub.
     Token(TokenArgs),
+    /// Upstream webhooks (serverless): `upstream init` writes a sample config file.
+    #[command(subcommand)]
+    Upstream(UpstreamCommand),
+}
+
+#[derive(Subcommand)]
+enum UpstreamCommand {
+    /// Write a commented sample config file, switchyard.toml, whose upstream template points
+    /// at a local Azure Functions host (http://localhost:7071/runtime/webhooks/signalr).
+    Init(InitArgs),
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// Folder to write switchyard.toml into (created if missing) [default: current folder].
+    #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
+    output: PathBuf,
+    /// Overwrite an existing switchyard.toml.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Flags shared by commands that read the service's settings.
@@ -51,6 +71,10 @@ struct SettingsArgs {
     /// serverless [default: auto].
     #[arg(long)]
     mode: Option<String>,
+    /// Browser origin allowed to call the service (CORS), e.g. https://app.example.com;
+    /// repeatable; replaces cors.allowed_origins [default: any origin].
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
     /// Any other setting as dotted-key=value, e.g. --set limits.max_client_message_size=65536.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -92,6 +116,7 @@ pub fn run() -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Token(args) => token(args),
+        Command::Upstream(UpstreamCommand::Init(args)) => upstream_init(args),
     }
 }
 
@@ -119,6 +144,12 @@ fn load(args: &SettingsArgs) -> Result<Config, String> {
         if let Some(value) = value {
             overrides.push((key.to_string(), value.clone()));
         }
+    }
+    if !args.cors_origins.is_empty() {
+        overrides.push((
+            "cors.allowed_origins".to_string(),
+            args.cors_origins.join(","),
+        ));
     }
     for pair in &args.set {
         let (key, value) = pair
@@ -199,6 +230,16 @@ async fn shutdown_signal() {
         let _ = ctrl_c.await;
     }
     tracing::info!("shutting down: closing clients");
+}
+
+fn upstream_init(args: InitArgs) -> Result<(), String> {
+    let path = crate::upstream_init::write_sample(&args.output, args.force)?;
+    println!("Wrote {}", path.display());
+    println!(
+        "Run the service with it: switchyard serve --config {}",
+        path.display()
+    );
+    Ok(())
 }
 
 fn token(args: TokenArgs) -> Result<(), String> {

@@ -1,14 +1,16 @@
 //! `switchyard`: the service binary.
 //!
 //! # Layout
-//! - `cli`: commands and flags (`serve`, `token`).
+//! - `cli`: commands and flags (`serve`, `token`, `upstream init`).
 //! - `settings`: the config tree assembled from defaults, the TOML file, `SWITCHYARD_*`
 //!   variables and flags, in that order of precedence (later wins).
+//! - `upstream_init`: the sample config file `upstream init` writes.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 mod cli;
 mod settings;
+mod upstream_init;
 
 use std::process::ExitCode;
 

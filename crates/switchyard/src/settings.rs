@@ -12,6 +12,20 @@ pub const RESERVED_VARIABLES: &[&str] = &["SWITCHYARD_CONFIG", "SWITCHYARD_LOG"]
 /// Settings whose default is "unset", so they do not appear in the serialized defaults.
 const OPTIONAL_STRING_KEYS: &[&str] = &["access_key", "secondary_access_key", "public_endpoint"];
 
+/// Lists of tables: one line of text cannot express them, so only the file sets them.
+const FILE_ONLY_KEYS: &[(&str, &str)] = &[("upstream.templates", "[[upstream.templates]]")];
+
+/// Refuses a file-only key given as a variable or flag, saying where it goes.
+fn settable_outside_file(key: &str, given_as: &str) -> Result<(), String> {
+    match FILE_ONLY_KEYS.iter().find(|(k, _)| *k == key) {
+        Some((_, section)) => Err(format!(
+            "{given_as} cannot be set from a variable or flag: {key} is a list of tables; \
+             write {section} entries in the config file (--config)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Every settable key (dotted path) with its default, for env names and `--set` checks.
 pub fn known_keys() -> BTreeMap<String, Option<Value>> {
     let mut keys = BTreeMap::new();
@@ -45,9 +59,18 @@ pub fn env_name(key: &str) -> String {
     format!("SWITCHYARD_{}", key.replace('.', "_").to_ascii_uppercase())
 }
 
-/// Turns text from a variable or flag into the TOML type the key's default has.
+/// Turns text from a variable or flag into the TOML type the key's default has. A list is
+/// written comma-separated (`https://a.example,https://b.example`; empty text = empty list),
+/// each item typed like the default's items.
 fn typed(key: &str, text: &str, default: Option<&Value>) -> Result<Value, String> {
     match default {
+        Some(Value::Array(items)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| typed(key, item, items.first()))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
         Some(Value::Integer(_)) => text
             .trim()
             .parse::<i64>()
@@ -111,6 +134,7 @@ pub fn assemble(
                     .join(", ")
             ));
         };
+        settable_outside_file(key, &name)?;
         let value = typed(&name, &text, known[*key].as_ref())?;
         set_path(&mut table, key, value);
     }
@@ -121,6 +145,7 @@ pub fn assemble(
                 known.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
         };
+        settable_outside_file(key, key)?;
         let value = typed(key, text, default.as_ref())?;
         set_path(&mut table, key, value);
     }
@@ -214,10 +239,121 @@ mod tests {
     }
 
     #[test]
+    fn lists_are_comma_separated_in_variables_and_flags() {
+        let config = assemble(None, env(&[]), &[]).unwrap();
+        assert_eq!(config.cors.allowed_origins, ["*"]);
+        let config = assemble(
+            None,
+            env(&[(
+                "SWITCHYARD_CORS_ALLOWED_ORIGINS",
+                "https://a.example, https://b.example:8443,",
+            )]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            config.cors.allowed_origins,
+            ["https://a.example", "https://b.example:8443"]
+        );
+        // A flag replaces the variable's list, it does not add to it.
+        let config = assemble(
+            None,
+            env(&[("SWITCHYARD_CORS_ALLOWED_ORIGINS", "https://a.example")]),
+            &[(
+                "cors.allowed_origins".into(),
+                "http://localhost:3000".into(),
+            )],
+        )
+        .unwrap();
+        assert_eq!(config.cors.allowed_origins, ["http://localhost:3000"]);
+        // Empty text: no origin at all.
+        let config = assemble(None, env(&[("SWITCHYARD_CORS_ALLOWED_ORIGINS", "")]), &[]).unwrap();
+        assert!(config.cors.allowed_origins.is_empty());
+        // The file takes a TOML array.
+        let config = assemble(
+            Some((
+                "[cors]\nallowed_origins = [\"https://c.example\"]\nmax_age = \"1h\"\n",
+                "a.toml",
+            )),
+            env(&[]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.cors.allowed_origins, ["https://c.example"]);
+        assert_eq!(config.cors.max_age.as_secs(), 3600);
+    }
+
+    #[test]
+    fn bad_origins_are_named() {
+        let err = assemble(
+            None,
+            env(&[(
+                "SWITCHYARD_CORS_ALLOWED_ORIGINS",
+                "https://a.example,a.example/path",
+            )]),
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.contains("'a.example/path'"), "{err}");
+    }
+
+    #[test]
+    fn upstream_templates_come_from_the_file() {
+        let file = "[upstream]\ntimeout = \"5s\"\n\n[[upstream.templates]]\n\
+                    url_template = \"http://localhost:7071/api/{hub}/{event}\"\n\
+                    hub_pattern = \"chat, game\"\n\n[[upstream.templates]]\n\
+                    url_template = \"https://f.example/runtime/webhooks/signalr\"\n";
+        let config = assemble(
+            Some((file, "a.toml")),
+            env(&[("SWITCHYARD_UPSTREAM_MAX_CONCURRENCY", "8")]),
+            &[],
+        )
+        .unwrap();
+        let upstream = &config.upstream;
+        assert_eq!(upstream.templates.len(), 2);
+        assert_eq!(upstream.templates[0].hub_pattern, "chat, game");
+        assert_eq!(upstream.templates[1].event_pattern, "*");
+        assert_eq!(upstream.timeout.as_secs(), 5);
+        assert_eq!(upstream.max_concurrency, 8);
+        let err = assemble(
+            None,
+            env(&[("SWITCHYARD_UPSTREAM_TEMPLATES", "http://x")]),
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("SWITCHYARD_UPSTREAM_TEMPLATES cannot be set"),
+            "{err}"
+        );
+        assert!(err.contains("[[upstream.templates]]"), "{err}");
+        let err = assemble(
+            None,
+            env(&[]),
+            &[("upstream.templates".into(), "http://x".into())],
+        )
+        .unwrap_err();
+        assert!(err.contains("upstream.templates cannot be set"), "{err}");
+        let bad = "[[upstream.templates]]\nurl_template = \"ftp://x/{hub}\"\n";
+        let err = assemble(Some((bad, "a.toml")), env(&[]), &[]).unwrap_err();
+        assert!(err.contains("upstream.templates[0].url_template"), "{err}");
+        let typo = "[[upstream.templates]]\nurl_template = \"http://x\"\nhub_patern = \"a\"\n";
+        let err = assemble(Some((typo, "a.toml")), env(&[]), &[]).unwrap_err();
+        assert!(err.contains("hub_patern"), "{err}");
+        let missing = "[[upstream.templates]]\nhub_pattern = \"a\"\n";
+        let err = assemble(Some((missing, "a.toml")), env(&[]), &[]).unwrap_err();
+        assert!(err.contains("url_template"), "{err}");
+    }
+
+    #[test]
     fn every_key_has_an_env_name() {
         let keys = known_keys();
         assert!(keys.contains_key("limits.max_pending_bytes_per_connection"));
         assert!(keys.contains_key("timeouts.long_poll_timeout"));
+        assert!(keys.contains_key("cors.allowed_origins"));
+        assert_eq!(
+            env_name("cors.allowed_origins"),
+            "SWITCHYARD_CORS_ALLOWED_ORIGINS"
+        );
         assert_eq!(
             env_name("timeouts.long_poll_timeout"),
             "SWITCHYARD_TIMEOUTS_LONG_POLL_TIMEOUT"

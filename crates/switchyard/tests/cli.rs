@@ -159,3 +159,63 @@ fn configuration_errors_are_clear() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn upstream_init_writes_a_sample_and_keeps_an_existing_one() {
+    let dir = std::env::temp_dir().join(format!("switchyard-init-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.join("config");
+    let file = out.join("switchyard.toml");
+    let output = binary()
+        .args(["upstream", "init", "-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("[[upstream.templates]]"), "{text}");
+    assert!(
+        text.contains("url_template = \"http://localhost:7071/runtime/webhooks/signalr\""),
+        "{text}"
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("switchyard.toml"));
+    // The service accepts the file as written.
+    let token = binary()
+        .args(["token", "--hub", "chat", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(token.status.success(), "{token:?}");
+    // A second init keeps the (edited) file, unless --force.
+    std::fs::write(&file, "# mine\n").unwrap();
+    fails_with(
+        &["upstream", "init", "-o", out.to_str().unwrap()],
+        &[],
+        "already exists; use --force",
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "# mine\n");
+    let forced = binary()
+        .args([
+            "upstream",
+            "init",
+            "--output",
+            out.to_str().unwrap(),
+            "--force",
+        ])
+        .output()
+        .unwrap();
+    assert!(forced.status.success(), "{forced:?}");
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("[[upstream.templates]]"));
+    // A broken template is refused at start, naming the key.
+    std::fs::write(
+        &file,
+        "[[upstream.templates]]\nurl_template = \"http://x/{hubb}\"\n",
+    )
+    .unwrap();
+    fails_with(
+        &["serve", "--config", file.to_str().unwrap()],
+        &[],
+        "upstream.templates[0].url_template",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -28,6 +28,7 @@ use switchyard_router::{Connection, Hub};
 use crate::http::{authenticate, bearer_token, text_error, Query, TextError};
 use crate::node::Node;
 use crate::server::link::{ConnectInfo, DefaultLink};
+use crate::upstream::ClientUpstream;
 
 pub(crate) use session::Inbound;
 
@@ -84,6 +85,8 @@ pub(crate) struct ClientConnection {
     pub(crate) poll: longpoll::PollState,
     /// Default mode: the way to this client's app server. `None` for serverless hubs.
     pub(crate) link: Mutex<Option<Box<DefaultLink>>>,
+    /// Serverless clients of a hub an upstream template matches: their upstream state.
+    pub(crate) upstream: Option<Box<ClientUpstream>>,
 }
 
 impl ClientConnection {
@@ -110,6 +113,12 @@ impl ClientConnection {
         let link = node
             .serves_default_mode(hub.name(), &token)
             .then(|| DefaultLink::new(&token));
+        let upstream = match (&link, &node.upstream) {
+            (None, Some(upstream)) if upstream.serves_hub(hub.name().as_str()) => {
+                Some(ClientUpstream::new(&token))
+            }
+            _ => None,
+        };
         let now = node.now_ms();
         Arc::new(ClientConnection {
             key: key.into_boxed_str(),
@@ -133,11 +142,16 @@ impl ClientConnection {
             inbound: Mutex::new(Inbound::new()),
             poll: longpoll::PollState::default(),
             link: Mutex::new(link),
+            upstream,
         })
     }
 
-    /// Default mode: keeps what the connect request looked like, for the app server.
+    /// Keeps what the connect request looked like, for the app server (Default mode) or the
+    /// upstream (serverless).
     pub(crate) fn set_connect_info(&self, request: &axum::http::request::Parts) {
+        if let Some(upstream) = &self.upstream {
+            upstream.capture(&request.uri);
+        }
         if let Some(link) = self.link.lock().as_mut() {
             let peer = request
                 .extensions
@@ -153,7 +167,11 @@ impl ClientConnection {
 
     /// Fixes the transport on the first transport request. Err(response) if another one was
     /// fixed before or the token does not allow this one.
-    fn start_transport(&self, node: &Node, transport: Transport) -> Result<(), TextError> {
+    pub(crate) fn start_transport(
+        &self,
+        node: &Node,
+        transport: Transport,
+    ) -> Result<(), TextError> {
         if self.allowed_transports & transport as u8 == 0 {
             return Err(TextError::new(
                 StatusCode::NOT_FOUND,

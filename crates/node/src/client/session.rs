@@ -70,6 +70,9 @@ impl ClientConnection {
                 Some((splitter, forward)) => {
                     inbound.splitter = Some(splitter);
                     inbound.forward = forward;
+                    if !forward {
+                        crate::upstream::client_opened(node, self);
+                    }
                 }
                 None => return Ok(()),
             }
@@ -92,9 +95,14 @@ impl ClientConnection {
             match message.message_type {
                 TYPE_PING => self.client_pings.store(true, Ordering::Relaxed),
                 TYPE_CLOSE => return Err(CloseReason::ClientClosed),
-                TYPE_INVOCATION | TYPE_STREAM_INVOCATION => {
-                    return Err(CloseReason::InvocationNotSupported)
-                }
+                // To the upstream, if one takes it; else the client is closed.
+                TYPE_INVOCATION | TYPE_STREAM_INVOCATION => crate::upstream::client_invoked(
+                    node,
+                    self,
+                    format,
+                    &message,
+                    frame.body_bytes(),
+                )?,
                 // Completions, stream items, cancels, acks: nothing to act on in serverless mode.
                 _ => {}
             }

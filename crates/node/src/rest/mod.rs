@@ -20,10 +20,11 @@
 //! - Send bodies are JSON unless `Content-Type` is `application/x-msgpack`,
 //!   `application/msgpack` or `application/octet-stream` (a payloads map).
 
-mod body;
-mod error;
+// `body`, `error` and `routes` are crate-visible for `crate::fuzzing` only.
+pub(crate) mod body;
+pub(crate) mod error;
 mod ops;
-mod routes;
+pub(crate) mod routes;
 
 use std::sync::Arc;
 

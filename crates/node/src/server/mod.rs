@@ -115,6 +115,29 @@ impl ServerConnection {
     fn clients_snapshot(&self) -> Vec<Arc<ClientConnection>> {
         self.clients.lock().values().cloned().collect()
     }
+
+    /// A client-carrying connection of app server `server_id` for `hub` with no socket behind
+    /// it, registered like a connected one: what the service sends it stays in `outbound`.
+    /// For `crate::fuzzing` only.
+    pub(crate) fn register_detached(
+        node: &Node,
+        hub: HubName,
+        server_id: &str,
+    ) -> Arc<ServerConnection> {
+        let connection = Arc::new(ServerConnection {
+            id: format!("{server_id}-detached").into_boxed_str(),
+            server_id: server_id.into(),
+            hub,
+            kind: ConnectionKind::Default,
+            migrate: false,
+            outbound: Outbound::new(node.config.limits.max_pending_bytes_per_server_connection),
+            clients: Default::default(),
+            draining: Default::default(),
+            closed: Default::default(),
+        });
+        node.servers.add(connection.clone());
+        connection
+    }
 }
 
 /// Why no server connection could take a client.
