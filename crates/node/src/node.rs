@@ -98,6 +98,14 @@ impl Sink for RouterSink {
     }
 }
 
+// The backplane holds the node's sink (and so its router), and the router holds the
+// backplane: without this a dropped node would never be freed.
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.backplane.detach(&self.node_id);
+    }
+}
+
 impl Node {
     /// A node on the in-memory backplane (a single-node deployment).
     pub fn new(config: Config) -> Arc<Node> {
@@ -517,4 +525,21 @@ pub(crate) fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The router and the backplane refer to each other; dropping the node must free both
+    /// (found by the fuzz targets, which make a node per input).
+    #[test]
+    fn a_dropped_node_is_freed() {
+        let backplane: Arc<dyn Backplane> = Arc::new(MemoryBackplane::new());
+        let node = Node::with_backplane(Config::default(), backplane.clone(), "n1".into());
+        let router = Arc::downgrade(&node.router);
+        drop(node);
+        assert!(router.upgrade().is_none(), "the router outlived its node");
+        drop(backplane);
+    }
 }

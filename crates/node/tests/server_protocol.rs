@@ -3325,3 +3325,170 @@ async fn server_endpoint_http_errors() {
     let mut app = AppServer::new(dial_url(&url, Some(&token), Some("s1")).await.unwrap());
     assert_eq!(app.handshake(handshake_request(0)).await.error_message, "");
 }
+
+// ---------------------------------------------------------------------------------------
+// Review regressions: handshake ordering, cross-hub isolation
+// ---------------------------------------------------------------------------------------
+
+/// Broadcasts (from the app server or through the node) made while the app server has not
+/// yet answered a client's handshake must not reach that client before its handshake
+/// response: the client would read them as a malformed response.
+#[tokio::test]
+async fn nothing_reaches_a_client_before_its_handshake_response() {
+    let server = TestServer::start_with(default_mode()).await;
+    let hub = "chat";
+    let mut app = AppServer::open(&server, hub, "s1").await;
+    let token = server.token(hub, Some("early"));
+    for format in [Format::Json, Format::MessagePack] {
+        let (mut client, id) = Client::start(&server, hub, &token, format).await;
+        app.open_connection().await;
+        app.connection_data(&id).await;
+        let early = Msg::invocation("early", &[json!(1)]);
+        app.send(BroadcastData {
+            excluded_list: Vec::new(),
+            payloads: early.payloads(),
+            ext: ext(),
+        })
+        .await;
+        app.send(UserData {
+            user_id: "early".into(),
+            payloads: early.payloads(),
+            ext: ext(),
+        })
+        .await;
+        server.broadcast(hub, "early", &[json!(2)]);
+        app.echo_round_trip().await;
+        app.send_to(&id, handshake::RESPONSE_OK).await;
+        client.handshake_result().await.expect("handshake");
+        let after = Msg::invocation("after", &[json!(3)]);
+        app.send(BroadcastData {
+            excluded_list: Vec::new(),
+            payloads: after.payloads(),
+            ext: ext(),
+        })
+        .await;
+        client.expect(&after).await;
+        client.close().await;
+    }
+}
+
+/// A client still waiting for its handshake response that the app server closes, or whose
+/// app-server connection is lost, reads the reason as a handshake error, not a Close message.
+#[tokio::test]
+async fn a_client_awaiting_its_handshake_response_gets_the_reason_as_a_handshake_error() {
+    let server = TestServer::start_with(default_mode()).await;
+    let mut app = AppServer::open(&server, "chat", "s1").await;
+    let token = server.token("chat", None);
+    let (mut client, id) = Client::start(&server, "chat", &token, Format::MessagePack).await;
+    app.open_connection().await;
+    app.connection_data(&id).await;
+    app.send(CloseConnection {
+        connection_id: id.clone(),
+        error_message: "go away".into(),
+        headers: Vec::new(),
+        ext: Extensions::default(),
+    })
+    .await;
+    assert_eq!(client.handshake_result().await, Err("go away".to_string()));
+
+    let mut lost = AppServer::open(&server, "other", "s2").await;
+    let token = server.token("other", None);
+    let (mut client, id) = Client::start(&server, "other", &token, Format::Json).await;
+    lost.open_connection().await;
+    lost.connection_data(&id).await;
+    drop(lost);
+    let error = client.handshake_result().await.expect_err("refused");
+    assert!(error.contains("app server"), "{error}");
+    eventually("clients gone", WAIT, || {
+        server.node.client_connection_count() == 0
+    })
+    .await;
+}
+
+/// An app server of another hub cannot complete (or hijack) a routed client invocation by
+/// reusing its id.
+#[tokio::test]
+async fn a_completion_from_another_hub_does_not_reach_the_caller() {
+    let server = TestServer::start_with(default_mode()).await;
+    let hub = "chat";
+    let mut a = AppServer::open(&server, hub, "A").await;
+    let mut b = AppServer::open(&server, hub, "B").await;
+    let mut intruder = AppServer::open(&server, "elsewhere", "X").await;
+    let token = sticky_token(&server, hub, "target", "B");
+    let (_client, id) = connect_client(&server, &mut b, hub, &token, Format::Json).await;
+    let invocation_id = format!("{id}-mgr-1");
+    a.send(ClientInvocation {
+        invocation_id: invocation_id.clone(),
+        connection_id: id.clone(),
+        caller_server_id: "A".into(),
+        payloads: Msg::invocation("x", &[]).payloads(),
+        ext: ext(),
+    })
+    .await;
+    a.take("ServiceMapping", |m| {
+        matches!(m, ServiceMessage::ServiceMapping(_)).then_some(())
+    })
+    .await;
+    let completion = |payload: &[u8]| ClientCompletion {
+        invocation_id: invocation_id.clone(),
+        connection_id: id.clone(),
+        caller_server_id: "A".into(),
+        protocol: "json".into(),
+        payload: Bytes::copy_from_slice(payload),
+        ext: ext(),
+    };
+    intruder.send(completion(b"forged")).await;
+    intruder.echo_round_trip().await;
+    a.assert_quiet().await;
+    let genuine = completion(b"genuine");
+    b.send(genuine.clone()).await;
+    let received = a
+        .take("ClientCompletion", |m| match m {
+            ServiceMessage::ClientCompletion(c) => Some(c.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(received, genuine);
+}
+
+#[tokio::test]
+async fn only_the_pinned_app_server_may_write_to_a_client() {
+    let server = TestServer::start_with(default_mode()).await;
+    let hub = "chat";
+    let mut s1 = AppServer::open(&server, hub, "s1").await;
+    let mut s2 = AppServer::open(&server, hub, "s2").await;
+    let token = sticky_token(&server, hub, "u", "s1");
+    let (mut client, id) = connect_client(&server, &mut s1, hub, &token, Format::Json).await;
+    // Half a message from another app server must not reach (or corrupt) the client's stream.
+    let intruder = Msg::invocation("intruder", &[json!(1)]);
+    let bytes = intruder.bytes(Format::Json);
+    s2.send(ConnectionData {
+        connection_id: id.clone(),
+        payload: Bytes::copy_from_slice(&bytes[..bytes.len() / 2]),
+        ext: ext(),
+    })
+    .await;
+    let own = Msg::invocation("own", &[json!(2)]);
+    s1.send(ConnectionData {
+        connection_id: id.clone(),
+        payload: Bytes::from(own.bytes(Format::Json)),
+        ext: ext(),
+    })
+    .await;
+    client.expect(&own).await;
+    // A whole message from another app server is not delivered either.
+    s2.send(ConnectionData {
+        connection_id: id.clone(),
+        payload: Bytes::from(intruder.bytes(Format::Json)),
+        ext: ext(),
+    })
+    .await;
+    let after = Msg::invocation("after", &[json!(3)]);
+    s1.send(ConnectionData {
+        connection_id: id,
+        payload: Bytes::from(after.bytes(Format::Json)),
+        ext: ext(),
+    })
+    .await;
+    client.expect(&after).await;
+}

@@ -265,13 +265,9 @@ impl ClientConnection {
             )
             .map_err(|e| self.refuse_handshake(&e.client_error()))?;
         self.connection.set_protocol(protocol);
-        if !self.hub.add_connection(self.connection.clone()) {
-            return Err(CloseReason::ProtocolError(
-                "connection id already in use".into(),
-            ));
-        }
+        // The client joins its hub when the app server's handshake response is relayed
+        // (`link::relay`), so nothing reaches it before that response.
         if self.is_finished() {
-            self.hub.remove_connection(self.connection.id());
             return Err(CloseReason::ClientClosed);
         }
         if !link.open(&me, server, protocol_name, raw_request) {
@@ -302,6 +298,9 @@ impl ClientConnection {
         let Some(_inbound) = self.inbound.try_lock() else {
             return;
         };
+        // Default mode: the app server's response is relayed (and the handshake marked done)
+        // under the link lock, so the response and this refusal never both go out.
+        let _link = self.link.lock();
         if !self.handshake_done() {
             self.connection
                 .close(self.refuse_handshake("Handshake was canceled."));
@@ -314,6 +313,22 @@ impl ClientConnection {
 
     /// The Close message to send before ending, if the client completed its handshake.
     pub(crate) fn close_frame(&self, reason: &CloseReason) -> Option<Bytes> {
+        // Default mode, the app server has not answered the handshake yet: a Close message
+        // would be read as a malformed handshake response, so the reason goes out as a
+        // handshake error (a timed-out handshake was already answered).
+        if self
+            .link
+            .lock()
+            .as_ref()
+            .is_some_and(|link| link.awaiting_handshake_response())
+        {
+            return match reason {
+                CloseReason::HandshakeTimeout | CloseReason::ClientClosed => None,
+                other => Some(Bytes::from(handshake::encode_error_response(
+                    &other.close_error().unwrap_or_else(|| other.to_string()),
+                ))),
+            };
+        }
         let format = framing(self.connection.protocol()?)?;
         Some(encode_close(
             format,

@@ -19,6 +19,9 @@ use crate::node::Node;
 
 /// How long a routed invocation is remembered (Azure's cache limit).
 const PENDING_LIMIT: Duration = Duration::from_secs(600);
+/// Routed invocations remembered at once; beyond it new ones fail at once instead of growing
+/// memory for ten minutes.
+const MAX_PENDING: usize = 100_000;
 
 struct Pending {
     hub: HubName,
@@ -31,15 +34,19 @@ struct Pending {
 
 #[derive(Default)]
 pub(crate) struct Invocations {
-    pending: Mutex<HashMap<String, Pending>>,
+    /// By hub and invocation id: an app server of one hub cannot complete (or overwrite) an
+    /// invocation of another hub.
+    pending: Mutex<HashMap<(HubName, String), Pending>>,
 }
 
 impl Invocations {
     /// ClientInvocation from app server connection `from`.
     pub(crate) fn invoke(&self, node: &Node, from: &Arc<ServerConnection>, call: ClientInvocation) {
+        // A client still waiting for its handshake response must not get hub messages yet.
         let client = ConnectionId::new(&call.connection_id)
             .ok()
-            .and_then(|id| node.servers.find_client(&from.hub, &id));
+            .and_then(|id| node.servers.find_client(&from.hub, &id))
+            .filter(|client| client.handshake_done());
         let Some(client) = client else {
             from.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
                 invocation_id: call.invocation_id,
@@ -51,8 +58,22 @@ impl Invocations {
             return;
         };
         let router = client.link.lock().as_ref().and_then(|l| l.server.clone());
-        let protocol = client.connection.protocol().cloned();
-        if let Some(protocol) = &protocol {
+        let caller_server_id: Arc<str> = Arc::from(call.caller_server_id.as_str());
+        // `None`: the caller hosts the client and sees the answer itself.
+        let router = router.filter(|r| r.server_id != caller_server_id);
+        if router.is_some() && self.pending.lock().len() >= MAX_PENDING {
+            from.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
+                invocation_id: call.invocation_id,
+                connection_id: call.connection_id,
+                caller_server_id: call.caller_server_id,
+                error: format!(
+                    "Too many client invocations are pending on this service (limit {MAX_PENDING})."
+                ),
+                ext: Extensions::default(),
+            }));
+            return;
+        }
+        if let Some(protocol) = client.connection.protocol() {
             if let Some((_, payload)) = call
                 .payloads
                 .iter()
@@ -61,13 +82,11 @@ impl Invocations {
                 client.connection.outbound().push(payload.clone());
             }
         }
-        let caller_server_id: Arc<str> = Arc::from(call.caller_server_id.as_str());
-        let Some(router) = router.filter(|r| r.server_id != caller_server_id) else {
-            // The caller hosts the client: it sees the answer itself.
+        let Some(router) = router else {
             return;
         };
         self.pending.lock().insert(
-            call.invocation_id.clone(),
+            (from.hub.clone(), call.invocation_id.clone()),
             Pending {
                 hub: from.hub.clone(),
                 connection: client.connection.id().clone(),
@@ -94,7 +113,8 @@ impl Invocations {
         invocation_id: &str,
         message: ServiceMessage,
     ) {
-        let Some(pending) = self.pending.lock().remove(invocation_id) else {
+        let key = (from.hub.clone(), invocation_id.to_string());
+        let Some(pending) = self.pending.lock().remove(&key) else {
             return;
         };
         if pending.caller_server_id == from.server_id {
@@ -116,13 +136,13 @@ impl Invocations {
             if pending.is_empty() {
                 return;
             }
-            let ids: Vec<String> = pending
+            let keys: Vec<(HubName, String)> = pending
                 .iter()
                 .filter(|(_, p)| &p.connection == connection && &p.hub == hub)
-                .map(|(id, _)| id.clone())
+                .map(|(key, _)| key.clone())
                 .collect();
-            ids.into_iter()
-                .filter_map(|id| pending.remove(&id).map(|p| (id, p)))
+            keys.into_iter()
+                .filter_map(|key| pending.remove(&key).map(|p| (key.1, p)))
                 .collect()
         };
         for (id, pending) in gone {
@@ -137,13 +157,13 @@ impl Invocations {
             if pending.is_empty() {
                 return;
             }
-            let ids: Vec<String> = pending
+            let keys: Vec<(HubName, String)> = pending
                 .iter()
                 .filter(|(_, p)| now.duration_since(p.created) > PENDING_LIMIT)
-                .map(|(id, _)| id.clone())
+                .map(|(key, _)| key.clone())
                 .collect();
-            ids.into_iter()
-                .filter_map(|id| pending.remove(&id).map(|p| (id, p)))
+            keys.into_iter()
+                .filter_map(|key| pending.remove(&key).map(|p| (key.1, p)))
                 .collect()
         };
         for (id, pending) in expired {

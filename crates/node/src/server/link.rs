@@ -242,34 +242,60 @@ impl DefaultLink {
         payload: Bytes,
     ) -> Result<(), CloseReason> {
         let max = node.config.limits.max_server_message_size;
-        let mut data = if self.relay.is_empty() {
-            payload
-        } else {
+        // A held tail contains no message boundary (else it would have gone out): only the new
+        // bytes are searched, and a message arriving in many pieces is not rescanned or
+        // recopied per piece.
+        let mut searched = self.relay.len();
+        let held = searched > 0;
+        let mut data = if held {
             self.relay.extend_from_slice(&payload);
             self.relay.split().freeze()
+        } else {
+            payload
         };
         if self.awaiting_handshake_response {
-            let Some(end) = data.iter().position(|&b| b == RECORD_SEPARATOR) else {
+            let Some(end) = data[searched..]
+                .iter()
+                .position(|&b| b == RECORD_SEPARATOR)
+                .map(|p| searched + p)
+            else {
                 if data.len() > max {
                     return Err(CloseReason::ProtocolError(
                         "the app server's handshake response is too large".into(),
                     ));
                 }
-                self.relay.extend_from_slice(&data);
+                self.keep(data, held);
                 return Ok(());
             };
             let response = data.split_to(end + 1);
-            self.awaiting_handshake_response = false;
+            searched = 0;
             let refused = matches!(handshake::parse_response(&response), Ok(Some((Some(_), _))));
-            client.connection.outbound().push(response);
+            if !client.connection.outbound().push(response) {
+                // The client is closing: its close path answers the handshake with the reason.
+                self.relay = BytesMut::new();
+                return Ok(());
+            }
+            self.awaiting_handshake_response = false;
             if refused {
                 // The client reads the error and closes; nothing more goes to it.
                 self.relay = BytesMut::new();
                 return Ok(());
             }
             client.mark_handshake_done();
+            // Only now does the client join its hub: nothing the router sends (broadcasts,
+            // groups, REST) may reach it before its handshake response.
+            if !client.hub.add_connection(client.connection.clone()) {
+                return Err(CloseReason::ProtocolError(
+                    "connection id already in use".into(),
+                ));
+            }
+            // Finishing removes the client from the hub only if it was already added.
+            if client.is_finished() {
+                client.hub.remove_connection(client.connection.id());
+            }
         }
         if data.is_empty() {
+            self.relay = BytesMut::new();
             return Ok(());
         }
         let format = client
@@ -277,16 +303,32 @@ impl DefaultLink {
             .protocol()
             .and_then(framing)
             .unwrap_or(Format::Json);
-        let whole = whole_messages(format, &data, max).map_err(CloseReason::ProtocolError)?;
+        let whole =
+            whole_messages(format, &data, searched, max).map_err(CloseReason::ProtocolError)?;
         if whole > 0 {
             client.connection.outbound().push(data.split_to(whole));
         }
-        if !data.is_empty() {
-            self.relay.extend_from_slice(&data);
-        } else if self.relay.capacity() > 0 {
-            self.relay = BytesMut::new();
-        }
+        self.keep(data, held);
         Ok(())
+    }
+
+    /// Holds an incomplete tail for the next ConnectionData. The relay's own buffer is taken
+    /// back without a copy when nothing else shares it; a tail of the app server's read buffer
+    /// is copied, so it does not keep that (possibly large) buffer alive.
+    fn keep(&mut self, tail: Bytes, held: bool) {
+        self.relay = if tail.is_empty() {
+            BytesMut::new()
+        } else if held {
+            tail.try_into_mut()
+                .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
+        } else {
+            BytesMut::from(&tail[..])
+        };
+    }
+
+    /// The client's handshake request went to the app server and no answer was relayed yet.
+    pub(crate) fn awaiting_handshake_response(&self) -> bool {
+        self.awaiting_handshake_response
     }
 }
 
@@ -302,14 +344,20 @@ pub(crate) fn framing(protocol: &switchyard_core::Protocol) -> Option<Format> {
     }
 }
 
-/// The length of the longest prefix of `data` made of whole hub messages.
-fn whole_messages(format: Format, data: &[u8], max: usize) -> Result<usize, String> {
+/// The length of the longest prefix of `data` made of whole hub messages. The first
+/// `searched` bytes are known to hold no JSON record separator.
+fn whole_messages(
+    format: Format,
+    data: &[u8],
+    searched: usize,
+    max: usize,
+) -> Result<usize, String> {
     match format {
         Format::Json => {
-            let end = data
+            let end = data[searched..]
                 .iter()
                 .rposition(|&b| b == RECORD_SEPARATOR)
-                .map_or(0, |p| p + 1);
+                .map_or(0, |p| searched + p + 1);
             if data.len() - end > max {
                 return Err(format!(
                     "the app server sent a message over the maximum of {max} bytes"
@@ -405,6 +453,12 @@ pub(crate) fn migrate(
     if client.is_finished() {
         return;
     }
+    // Another relocation may have moved the client already: the SDK sends its `fin` on every
+    // connection, and each connection's task relocates the clients of all of them.
+    if !link.server.as_ref().is_some_and(|s| Arc::ptr_eq(s, from)) {
+        return;
+    }
+    from.detach(client.connection.id());
     if link.awaiting_handshake_response {
         // The new app server would skip the handshake response this client still waits for.
         drop(guard);
@@ -433,5 +487,77 @@ pub(crate) fn migrate(
     if !to.send(&ServiceMessage::OpenConnection(open)) {
         drop(guard);
         client.connection.close(CloseReason::AppServerGone);
+    }
+}
+
+/// Closes a client of a lost server connection, unless it was moved elsewhere meanwhile.
+pub(crate) fn close_if_pinned(client: &ClientConnection, from: &Arc<ServerConnection>) {
+    let guard = client.link.lock();
+    let pinned = guard
+        .as_ref()
+        .and_then(|link| link.server.as_ref())
+        .is_some_and(|s| Arc::ptr_eq(s, from));
+    drop(guard);
+    if pinned {
+        client.connection.close(CloseReason::AppServerGone);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, ServiceMode};
+    use switchyard_auth::VerifiedToken;
+    use switchyard_core::HubName;
+    use switchyard_hub_protocol::handshake;
+
+    /// Two relocations of one client working from the same snapshot (two `fin:1` pings read by
+    /// two connection tasks at once): the second must not pin the client a second time.
+    #[test]
+    fn a_stale_second_migration_leaves_the_client_on_one_connection() {
+        let node = Node::new(Config {
+            mode: ServiceMode::Default,
+            ..Config::default()
+        });
+        let hub = HubName::new("chat", None).unwrap();
+        let from = ServerConnection::register_detached(&node, hub.clone(), "A");
+        let token = VerifiedToken {
+            claims: vec![
+                ("asrs.s.sn".to_string(), "A".to_string()),
+                ("asrs.s.ssticky".to_string(), "Required".to_string()),
+            ],
+            expires_at: i64::MAX,
+            audiences: Vec::new(),
+        };
+        let client = crate::client::create_client(&node, &hub, token, false).unwrap();
+        client
+            .start_transport(&node, crate::client::Transport::WebSockets)
+            .unwrap();
+        client
+            .receive(
+                &node,
+                &mut client.inbound.lock(),
+                &handshake::encode_request("json", 1),
+            )
+            .unwrap();
+        relay(&node, &client, Bytes::from_static(handshake::RESPONSE_OK));
+        assert!(client.handshake_done());
+        assert_eq!(from.client_count(), 1);
+        let first = ServerConnection::register_detached(&node, hub.clone(), "B");
+        let second = ServerConnection::register_detached(&node, hub.clone(), "C");
+
+        migrate(&node, &client, &from, &first, true);
+        migrate(&node, &client, &from, &second, true);
+
+        assert_eq!(from.client_count(), 0);
+        assert_eq!(first.client_count(), 1);
+        assert_eq!(second.client_count(), 0, "pinned twice");
+        let server = client.link.lock().as_ref().unwrap().server.clone().unwrap();
+        assert!(Arc::ptr_eq(&server, &first));
+        // A lost connection the client already left does not close it.
+        close_if_pinned(&client, &from);
+        assert!(!client.connection.outbound().is_closing());
+        node.finish(&client);
+        assert_eq!(first.client_count(), 0);
     }
 }

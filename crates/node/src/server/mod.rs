@@ -415,15 +415,9 @@ pub(crate) fn relocate_clients(node: &Node, from: &Arc<ServerConnection>, lost: 
             node.servers.pick_migration_target(from, !lost)
         };
         match target {
-            Some(target) => {
-                if !lost {
-                    from.detach(client.connection.id());
-                }
-                link::migrate(node, &client, from, &target, !lost);
-            }
-            None if lost => client
-                .connection
-                .close(switchyard_core::CloseReason::AppServerGone),
+            // Detaches the client from `from` if it is still pinned there.
+            Some(target) => link::migrate(node, &client, from, &target, !lost),
+            None if lost => link::close_if_pinned(&client, from),
             // Draining with nowhere to go: the client stays until its connection ends.
             None => {}
         }

@@ -290,9 +290,18 @@ fn handle(node: &Arc<Node>, connection: &Arc<ServerConnection>, message: Service
         ServiceMessage::Ping(ping) => handle_ping(node, connection, ping),
         ServiceMessage::ConnectionData(data) => {
             let client = ConnectionId::new(&data.connection_id).ok().and_then(|id| {
-                connection
-                    .client(&id)
-                    .or_else(|| node.servers.find_client(hub, &id))
+                // Only the app server the client is pinned to may write to it: another
+                // server's half messages would corrupt its stream.
+                connection.client(&id).or_else(|| {
+                    node.servers.find_client(hub, &id).filter(|client| {
+                        client
+                            .link
+                            .lock()
+                            .as_ref()
+                            .and_then(|link| link.server.as_ref())
+                            .is_some_and(|server| server.server_id == connection.server_id)
+                    })
+                })
             });
             match client {
                 Some(client) => link::relay(node, &client, data.payload),
@@ -304,7 +313,17 @@ fn handle(node: &Arc<Node>, connection: &Arc<ServerConnection>, message: Service
         ServiceMessage::CloseConnection(close) => {
             if let Ok(id) = ConnectionId::new(&close.connection_id) {
                 let reason = (!close.error_message.is_empty()).then_some(close.error_message);
-                node.close(hub, Target::Connection(id), Vec::new(), reason);
+                // Found through the server connections: a client still waiting for its
+                // handshake response is not in the hub yet.
+                match connection
+                    .client(&id)
+                    .or_else(|| node.servers.find_client(hub, &id))
+                {
+                    Some(client) => client
+                        .connection
+                        .close(switchyard_core::CloseReason::ClosedByApi(reason)),
+                    None => node.close(hub, Target::Connection(id), Vec::new(), reason),
+                }
             }
         }
         ServiceMessage::MultiConnectionData(m) => send(
