@@ -190,7 +190,9 @@ async fn serve(
                 Some(Ok(WsMessage::Binary(data))) => {
                     last_read = Instant::now();
                     if buffer.is_empty() {
-                        buffer = BytesMut::from(&data[..]);
+                        // The frame's own allocation becomes the buffer when nothing else holds
+                        // it (the usual case): payloads are then sliced from it without a copy.
+                        buffer = data.try_into_mut().unwrap_or_else(|data| BytesMut::from(&data[..]));
                     } else {
                         buffer.extend_from_slice(&data);
                     }
