@@ -3471,7 +3471,7 @@ async fn only_the_pinned_app_server_may_write_to_a_client() {
     let own = Msg::invocation("own", &[json!(2)]);
     s1.send(ConnectionData {
         connection_id: id.clone(),
-        payload: Bytes::from(own.bytes(Format::Json)),
+        payload: own.bytes(Format::Json),
         ext: ext(),
     })
     .await;
@@ -3479,14 +3479,14 @@ async fn only_the_pinned_app_server_may_write_to_a_client() {
     // A whole message from another app server is not delivered either.
     s2.send(ConnectionData {
         connection_id: id.clone(),
-        payload: Bytes::from(intruder.bytes(Format::Json)),
+        payload: intruder.bytes(Format::Json),
         ext: ext(),
     })
     .await;
     let after = Msg::invocation("after", &[json!(3)]);
     s1.send(ConnectionData {
         connection_id: id,
-        payload: Bytes::from(after.bytes(Format::Json)),
+        payload: after.bytes(Format::Json),
         ext: ext(),
     })
     .await;
