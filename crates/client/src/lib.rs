@@ -124,7 +124,8 @@ impl WsClient {
                     .map_err(|_| ClientError::Protocol("token is not a header value".into()))?,
             );
         }
-        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        // No Nagle: a small message must not wait for the service's delayed ACK.
+        let (socket, _) = tokio_tungstenite::connect_async_with_config(request, None, true).await?;
         let mut client = WsClient {
             socket,
             format,
