@@ -115,10 +115,138 @@ def connection_strings():
         seed("connection_string", text)
 
 
+def msgpack_str(text):
+    data = text.encode()
+    assert len(data) < 32
+    return bytes([0xA0 | len(data)]) + data
+
+
+def msgpack_bin(data):
+    assert len(data) < 256
+    return bytes([0xC4, len(data)]) + data
+
+
+def rest_body():
+    """Path and query | body; knob bits 0-2 method (POST GET HEAD PUT DELETE PATCH OPTIONS
+    FUZZ), 3-5 content type (none, json, x-msgpack, …), 6-7 3 = a bad token."""
+    json_frame = b'{"type":1,"target":"t","arguments":[1]}\x1e'
+    msgpack_body = bytes([0x96, 0x01, 0x80, 0xC0, 0xA1, 0x74, 0x91, 0x01, 0x90])
+    msgpack_frame = bytes([len(msgpack_body)]) + msgpack_body
+    payload_map = bytes([0x82]) + msgpack_str("json") + msgpack_bin(json_frame) + \
+        msgpack_str("messagepack") + msgpack_bin(msgpack_frame)
+    bodies = [
+        (b'{"target":"hello","arguments":[1,"a",{"x":null},[true,2.5]]}', 0),
+        (b'{"Target":"t","Arguments":null}', 1 << 3),
+        (b'{"TARGET":"t","target":"u","arguments":{}}', 1 << 3),
+        (b'[' * 200 + b']' * 200, 0),
+        (b'{"target":"\xff"}', 0),
+        (payload_map, 2 << 3),
+        (bytes([0x81]) + msgpack_str("json") + msgpack_bin(b'{"type":6}'), 4 << 3),
+        (bytes([0x81, 0xA0, 0xC4, 0x00]), 3 << 3),
+        (b'', 0),
+    ]
+    paths = [
+        "/api/health", "/api/v1/health?api-version=2022-06-01", "/api/openapi.json",
+        "/api/hubs/chat/:send?api-version=2022-06-01",
+        "/api/hubs/Chat/:send?application=MyApp&api-version=2022-06-01",
+        "/api/hubs/chat/:send?excluded={cid}&excluded=&excluded=x%20y",
+        "/api/hubs/chat/:closeConnections?excluded={cid}&reason=all",
+        "/api/hubs/chat/users/u1/:send", "/api/hubs/chat/users/u1/:closeConnections?reason=r",
+        "/api/hubs/chat/users/u1", "/api/hubs/chat/users/u1/groups/g1?ttl=60",
+        "/api/hubs/chat/users/u1/groups/g1?ttl=-1", "/api/hubs/chat/users/u1/groups",
+        "/api/hubs/chat/connections/{cid}", "/api/hubs/chat/connections/{cid}/:send",
+        "/api/hubs/chat/connections/{cid}/groups", "/api/hubs/chat/connections/{cid}?reason=bye",
+        "/api/hubs/chat/groups/g1", "/api/hubs/chat/groups/g1/:send?excluded={cid}",
+        "/api/hubs/chat/groups/g1/:closeConnections",
+        "/api/hubs/chat/groups/g1/connections?api-version=2024-12-01&maxpagesize=1&top=3",
+        "/api/hubs/chat/groups/g1/connections?continuationToken=a&maxpagesize=200",
+        "/api/hubs/chat/groups/g1/connections/{cid}",
+        "/api/v1/hubs/chat", "/api/v1/hubs/chat/users/u1", "/api/v1/hubs/chat/connections/{cid}",
+        "/api/v1/hubs/chat/groups/g1", "/api/v1/hubs/chat/groups/g1/users/u1",
+        "/api/v1/hubs/chat/groups/g1/connections/{cid}",
+        "/api/v1-preview/hub/chat", "/api/v1-preview/hub/chat/users/u1,u2",
+        "/api/v1-preview/hub/chat/groups/g1,,g2", "/api/v1-preview/hub/chat/user/u1",
+        "/api/hubs/ch%2Fat/:send", "/api/hubs/chat/groups/%20%20", "/api/hubs/chat/users/%FF",
+        "/api/hubs/chat/groups/..%2F..%2Fx/:send", "/api/hubs/chat/groups/%2e%2e/:send",
+        "/API/HUBS/chat/Users/u1/Groups/g1/", "/api/hubs/chat/groups/:send",
+        "/api/hubs/chat/users/" + "x" * 1100 + "/:send",
+    ]
+    for path in paths:
+        for body, content in bodies[:2]:
+            for method in (0, 1, 3, 4):
+                seed("rest_body", path.encode() + body, cut=len(path.encode()),
+                     knob=method | content)
+    for body, content in bodies:
+        seed("rest_body", b"/api/hubs/chat/:send" + body, cut=len(b"/api/hubs/chat/:send"),
+             knob=content)
+        seed("rest_body", b"/api/hubs/chat/:send" + body, cut=len(b"/api/hubs/chat/:send"),
+             knob=0x80 | 16 | content)
+
+
+def negotiate_query():
+    """Authorization text | negotiate query; knob bits 0-1 token in the header, in
+    access_token, none, the raw text; bits 2-3 = 3: GET."""
+    queries = [
+        "hub=chat", "hub=chat&negotiateVersion=1", "HUB=Chat&negotiateversion=0",
+        "hub=chat&negotiateVersion=-1", "hub=chat&negotiateVersion=abc",
+        "hub=chat&negotiateVersion=99999999999", "hub=chat&hub=other", "hub=",
+        "hub=ch%2Fat", "hub=%F0%9F%98%80", "hub=chat&access_token=abc",
+        "hub=chat&id=1&excluded=a&excluded=&reason=%20", "hub=1chat", "a=1&&b=%zz&=x&c",
+        "hub=chat&negotiateVersion=1&useStatefulReconnect=true",
+    ]
+    headers = ["Bearer abc", "bearer   x.y.z  ", "Basic abc", "Bearer", "", "Bearer a b"]
+    for query in queries:
+        for header in headers[:2]:
+            for knob in (0, 1, 2, 3, 12):
+                seed("negotiate_query", header + query, cut=len(header.encode()), knob=knob)
+    for header in headers:
+        seed("negotiate_query", header + "hub=chat", cut=len(header.encode()), knob=3)
+
+
+def client_session():
+    """Handshake and hub messages; knob bits 0-1 transport, 2-3 mode (serverless, Default
+    with an app server, Default without, auto), 4 a 64-byte limit, 5-7 small piece size."""
+    json_frames, msgpack_frames, handshakes = [], [], []
+    for v in load("hub-protocol.json"):
+        encoded = v.get("encoded")
+        if not isinstance(encoded, str):
+            continue
+        if v["name"].startswith("Handshake_Request"):
+            handshakes.append(encoded.encode())
+        elif v["protocol"] == "json" and not v["name"].startswith("Handshake"):
+            json_frames.append(encoded.encode())
+        elif v["protocol"] == "messagepack":
+            msgpack_frames.append(bytes.fromhex(encoded))
+    json_hs = b'{"protocol":"json","version":1}\x1e'
+    msgpack_hs = b'{"protocol":"messagepack","version":1}\x1e'
+    blazor_hs = b'{"protocol":"blazorpack","version":1}\x1e'
+    for hs in handshakes:
+        seed("client_session", hs + b'{"type":6}\x1e', cut=len(hs))
+    for knob in (0, 1, 2, 4, 8, 12, 16 | 4, 0x20, 0xE4):
+        for i in range(0, len(json_frames), 8):
+            stream = json_hs + b"".join(json_frames[i:i + 8])
+            seed("client_session", stream, cut=len(json_hs) + 3, knob=knob)
+        for i in range(0, len(msgpack_frames), 8):
+            stream = msgpack_hs + b"".join(msgpack_frames[i:i + 8])
+            seed("client_session", stream, cut=len(msgpack_hs) + 1, knob=knob)
+    seed("client_session", blazor_hs + bytes([0x02, 0x91, 0x06]), knob=4)
+    seed("client_session", json_hs + json_hs, knob=0)
+    seed("client_session", b'{"type":6}\x1e' + json_hs, knob=0)
+    seed("client_session", msgpack_hs + bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x7F]), knob=0)
+    seed("client_session", msgpack_hs + bytes([0x80] * 6), knob=4)
+    seed("client_session", json_hs + b"[" * 5000 + b"\x1e", knob=0)
+    seed("client_session", json_hs + b'{"type":1,"target":"\xff\xfe"}\x1e', knob=4)
+    seed("client_session", json_hs + b'{"type":99}\x1e{"type":7}\x1e', knob=4)
+    seed("client_session", b'{"protocol":"json","version":1', knob=0x10)
+
+
 if __name__ == "__main__":
     hub_protocol()
     service_protocol()
     service_protocol_messages()
     connection_strings()
+    rest_body()
+    negotiate_query()
+    client_session()
     for target in sorted(os.listdir(CORPUS)):
         print(target, len(os.listdir(os.path.join(CORPUS, target))))

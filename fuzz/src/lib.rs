@@ -71,6 +71,13 @@ fn split_str(s: &str, at: usize) -> (&str, &str) {
     s.split_at(at)
 }
 
+// The targets that run the service itself (`switchyard-node`), each in its own file.
+mod service_node;
+
+pub mod client_session;
+pub mod negotiate_query;
+pub mod rest_body;
+
 /// `FrameSplitter` + `peek` + `json::decode` / `msgpack::decode` and their encoders.
 pub mod hub_frames {
     use bytes::BytesMut;
@@ -898,6 +905,21 @@ mod tests {
     #[test]
     fn replay_service_protocol() {
         replay("service_protocol", service_protocol::check);
+    }
+
+    #[test]
+    fn replay_rest_body() {
+        replay("rest_body", rest_body::check);
+    }
+
+    #[test]
+    fn replay_negotiate_query() {
+        replay("negotiate_query", negotiate_query::check);
+    }
+
+    #[test]
+    fn replay_client_session() {
+        replay("client_session", client_session::check);
     }
 
     #[test]

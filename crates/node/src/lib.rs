@@ -54,8 +54,18 @@ pub fn routes(node: Arc<Node>) -> HttpRouter {
         .merge(rest::routes())
         .merge(server::routes())
         .route("/metrics", axum::routing::get(metrics))
+        .fallback(no_route)
         .with_state(node)
         .layer(axum::middleware::from_fn_with_state(cors, cors::layer))
+}
+
+/// Any path no route serves (including `..` and other traversal attempts, which are not
+/// resolved): a 404 that says so, rather than an empty body.
+async fn no_route() -> axum::response::Response {
+    http::text_error(
+        axum::http::StatusCode::NOT_FOUND,
+        "no route matches this path",
+    )
 }
 
 /// Prometheus text exposition of the node's metrics.

@@ -57,6 +57,12 @@ impl ClientConnection {
         inbound: &mut Inbound,
         data: &[u8],
     ) -> Result<(), CloseReason> {
+        // A closing connection takes nothing more: a transport may still hand over bytes it
+        // had already read (a WebSocket frame, a POST), and a refused or timed-out handshake
+        // must not be followed by an accepted one.
+        if self.connection.outbound().is_closing() {
+            return Ok(());
+        }
         self.last_received_ms
             .store(node.now_ms(), Ordering::Relaxed);
         inbound.buffer.extend_from_slice(data);
@@ -123,16 +129,27 @@ impl ClientConnection {
         let format = splitter.format();
         let mut frames: Vec<Bytes> = Vec::new();
         let mut closing = false;
+        // A bad message ends the connection, but the good ones before it still go to the app
+        // server, as they would have had they arrived in an earlier read.
+        let mut failure = None;
         loop {
-            let frame = splitter
-                .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
-                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
-            let Some(frame) = frame else {
-                break;
-            };
+            let frame =
+                match splitter.next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(e) => {
+                        failure = Some(CloseReason::ProtocolError(e.to_string()));
+                        break;
+                    }
+                };
             node.metrics.messages_received.inc();
-            let message = peek(format, frame.body())
-                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+            let message = match peek(format, frame.body()) {
+                Ok(message) => message,
+                Err(e) => {
+                    failure = Some(CloseReason::ProtocolError(e.to_string()));
+                    break;
+                }
+            };
             if message.message_type == TYPE_PING {
                 self.client_pings.store(true, Ordering::Relaxed);
             }
@@ -164,6 +181,9 @@ impl ClientConnection {
             if !sent {
                 return Err(CloseReason::AppServerGone);
             }
+        }
+        if let Some(reason) = failure {
+            return Err(reason);
         }
         if closing {
             return Err(CloseReason::ClientClosed);
@@ -366,4 +386,41 @@ pub(super) async fn send(node: Arc<Node>, client: Arc<ClientConnection>, body: B
         client.connection.close(reason);
     }
     StatusCode::OK.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard_auth::VerifiedToken;
+    use switchyard_core::HubName;
+
+    use crate::client::create_client;
+    use crate::config::Config;
+    use crate::node::Node;
+
+    /// Found by the `client_session` fuzz target: after a refused handshake, a second one in
+    /// a later read (a WebSocket frame read before the close, another POST) was accepted and
+    /// joined the hub, on a connection that was closing.
+    #[test]
+    fn a_closing_connection_takes_no_more_bytes() {
+        let node = Node::new(Config::default());
+        let hub = HubName::new("chat", None).unwrap();
+        let token = VerifiedToken {
+            claims: Vec::new(),
+            expires_at: i64::MAX,
+            audiences: Vec::new(),
+        };
+        let client = create_client(&node, &hub, token, false).unwrap();
+        let mut inbound = client.inbound.lock();
+        let refused = b"{\"protocol\":\"nope\",\"version\":1}\x1e";
+        let reason = client
+            .receive(&node, &mut inbound, refused)
+            .expect_err("an unknown protocol is refused");
+        client.connection.close(reason);
+        let valid = b"{\"protocol\":\"json\",\"version\":1}\x1e";
+        assert_eq!(client.receive(&node, &mut inbound, valid), Ok(()));
+        assert!(!client.handshake_done());
+        assert!(!node.connection_exists(&hub, client.connection.id()));
+        drop(inbound);
+        node.finish(&client);
+    }
 }
