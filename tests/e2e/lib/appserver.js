@@ -7,12 +7,11 @@ const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const readline = require('node:readline');
-const { childEnv } = require('./service');
+const { childEnv, stopProcess } = require('./service');
 
 const E2E_DIR = path.resolve(__dirname, '..');
 const DEFAULT_BIN = path.resolve(E2E_DIR, '../../target/debug/switchyard-bench');
 const START_TIMEOUT_MS = 20000;
-const STOP_GRACE_MS = 5000;
 
 function benchBinaryPath() {
   const bin = process.env.TEST_SWITCHYARD_BENCH_BIN
@@ -74,21 +73,7 @@ class AppServer {
 
   /** SIGTERM (graceful stop), then SIGKILL if it has not exited after 5 s. */
   async stop() {
-    if (this.exited) return this.exitInfo;
-    this.child.kill('SIGTERM');
-    let timer;
-    const killed = new Promise((resolve) => {
-      timer = setTimeout(() => {
-        if (!this.exited) {
-          this.killedHard = true;
-          this.child.kill('SIGKILL');
-        }
-        resolve();
-      }, STOP_GRACE_MS);
-    });
-    await Promise.race([this.exitPromise, killed]);
-    clearTimeout(timer);
-    return this.exitPromise;
+    return stopProcess(this);
   }
 
   /** SIGKILL at once (a crashed app server); resolves when the process is gone. */

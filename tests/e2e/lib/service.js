@@ -96,22 +96,30 @@ class Service {
 
   /** SIGTERM, then SIGKILL if it has not exited after 5 s. */
   async stop() {
-    if (this.exited) return this.exitInfo;
-    this.child.kill('SIGTERM');
-    let timer;
-    const killed = new Promise((resolve) => {
-      timer = setTimeout(() => {
-        if (!this.exited) {
-          this.killedHard = true;
-          this.child.kill('SIGKILL');
-        }
-        resolve();
-      }, STOP_GRACE_MS);
-    });
-    await Promise.race([this.exitPromise, killed]);
-    clearTimeout(timer);
-    return this.exitPromise;
+    return stopProcess(this);
   }
+}
+
+/**
+ * SIGTERM, then SIGKILL if `proc` (with `child`, `exited`, `exitInfo`, `exitPromise`) has not
+ * exited after 5 s; sets `proc.killedHard` then. Resolves with the exit info.
+ */
+async function stopProcess(proc) {
+  if (proc.exited) return proc.exitInfo;
+  proc.child.kill('SIGTERM');
+  let timer;
+  const killed = new Promise((resolve) => {
+    timer = setTimeout(() => {
+      if (!proc.exited) {
+        proc.killedHard = true;
+        proc.child.kill('SIGKILL');
+      }
+      resolve();
+    }, STOP_GRACE_MS);
+  });
+  await Promise.race([proc.exitPromise, killed]);
+  clearTimeout(timer);
+  return proc.exitPromise;
 }
 
 function childEnv() {
@@ -178,4 +186,4 @@ async function startService(extraArgs = [], { logPath = process.env.E2E_SERVICE_
   return service;
 }
 
-module.exports = { startService, parseConnectionString, childEnv, EMULATOR_KEY };
+module.exports = { startService, parseConnectionString, childEnv, stopProcess, EMULATOR_KEY };
