@@ -26,8 +26,8 @@ use switchyard_service_protocol::{
     CloseGroupConnectionsWithAck, CloseUserConnectionsWithAck, ConnectionData, Extensions,
     FrameReader, GroupBroadcastData, GroupMemberQuery, HandshakeRequest, HandshakeResponse,
     JoinGroupWithAck, LeaveGroupWithAck, MultiConnectionData, MultiGroupBroadcastData,
-    MultiUserData, OpenConnection, Payloads, Ping, ServiceMessage, UserData, UserJoinGroupWithAck,
-    UserLeaveGroupWithAck,
+    MultiUserData, OpenConnection, Payloads, Ping, ServiceEvent, ServiceMessage, UserData,
+    UserJoinGroupWithAck, UserLeaveGroupWithAck,
 };
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -3491,4 +3491,50 @@ async fn only_the_pinned_app_server_may_write_to_a_client() {
     })
     .await;
     client.expect(&after).await;
+}
+
+#[tokio::test]
+async fn a_slow_client_is_cut_off_and_its_app_server_told_buffer_full() {
+    let mut config = default_mode();
+    config.limits.max_pending_bytes_per_connection = 1024;
+    let server = TestServer::start_with(config).await;
+    let hub = "chat";
+    let mut app = AppServer::open(&server, hub, "s1").await;
+    let token = sticky_token(&server, hub, "u", "s1");
+    let (_client, id) = connect_client(&server, &mut app, hub, &token, Format::Json).await;
+    // 200 messages of ~600 bytes in one WebSocket frame: they are queued in one go, far past
+    // the 1 KiB budget, faster than the client's writer can drain them.
+    let msg = Msg::invocation("bulk", &[json!("x".repeat(600))]);
+    let mut frame = Vec::new();
+    for _ in 0..200 {
+        frame.extend_from_slice(&encoded(&ServiceMessage::MultiConnectionData(
+            MultiConnectionData {
+                connection_list: vec![id.clone()],
+                payloads: msg.payloads(),
+                ext: ext(),
+            },
+        )));
+    }
+    app.send_bytes(&frame).await;
+    let event = app
+        .take("a BufferFull event", |m| match m {
+            ServiceMessage::ServiceEvent(e) => Some(e.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(event.object_type, ServiceEvent::OBJECT_CONNECTION);
+    assert_eq!(event.id, id);
+    assert_eq!(event.kind, ServiceEvent::KIND_BUFFER_FULL);
+    assert!(event.message.contains("slow consumer"), "{}", event.message);
+    let close = app
+        .take("CloseConnection", |m| match m {
+            ServiceMessage::CloseConnection(c) if c.connection_id == id => Some(c.clone()),
+            _ => None,
+        })
+        .await;
+    assert!(
+        close.error_message.contains("slow consumer"),
+        "{}",
+        close.error_message
+    );
 }
