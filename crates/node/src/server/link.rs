@@ -440,7 +440,6 @@ pub(crate) fn client_finished(node: &Node, client: &ClientConnection, reason: &C
 /// `Asrs-Migrate-From` (and skips its handshake), the old one, if still there, with
 /// CloseConnection carrying `Asrs-Migrate-To`.
 pub(crate) fn migrate(
-    _node: &Node,
     client: &Arc<ClientConnection>,
     from: &Arc<ServerConnection>,
     to: &Arc<ServerConnection>,
@@ -546,8 +545,8 @@ mod tests {
         let first = ServerConnection::register_detached(&node, hub.clone(), "B");
         let second = ServerConnection::register_detached(&node, hub.clone(), "C");
 
-        migrate(&node, &client, &from, &first, true);
-        migrate(&node, &client, &from, &second, true);
+        migrate(&client, &from, &first, true);
+        migrate(&client, &from, &second, true);
 
         assert_eq!(from.client_count(), 0);
         assert_eq!(first.client_count(), 1);

@@ -416,7 +416,7 @@ pub(crate) fn relocate_clients(node: &Node, from: &Arc<ServerConnection>, lost: 
         };
         match target {
             // Detaches the client from `from` if it is still pinned there.
-            Some(target) => link::migrate(node, &client, from, &target, !lost),
+            Some(target) => link::migrate(&client, from, &target, !lost),
             None if lost => link::close_if_pinned(&client, from),
             // Draining with nowhere to go: the client stays until its connection ends.
             None => {}
