@@ -4,101 +4,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, within, TestServer};
+use common::{eventually, within, Http, TestServer, HANDSHAKE_JSON};
 use futures_util::StreamExt;
 use serde_json::json;
 use switchyard_client::negotiate;
 
 const WAIT: Duration = Duration::from_secs(5);
-const HANDSHAKE_JSON: &[u8] = b"{\"protocol\":\"json\",\"version\":1}\x1e";
 const HANDSHAKE_MSGPACK: &[u8] = b"{\"protocol\":\"messagepack\",\"version\":1}\x1e";
-
-struct Http {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Http {
-    fn new(server: &TestServer, hub: &str) -> Http {
-        Http {
-            client: reqwest::Client::new(),
-            base: server.client_url(hub),
-            token: server.token(hub, Some("u1")),
-        }
-    }
-
-    async fn negotiate(&self) -> String {
-        negotiate(&self.base, &self.token, 1)
-            .await
-            .unwrap()
-            .id_value
-    }
-
-    /// Negotiates, starts long polling, completes a JSON handshake and reads its response.
-    async fn open_long_polling(&self) -> String {
-        let id = self.negotiate().await;
-        assert_eq!(self.poll(&id).await.status(), 200);
-        assert_eq!(self.post(&id, HANDSHAKE_JSON).await.status(), 200);
-        assert_eq!(&self.poll(&id).await.bytes().await.unwrap()[..], b"{}\x1e");
-        id
-    }
-
-    /// Starts a poll and goes away while it is pending, as a client that aborts it does.
-    async fn abandon_poll(&self, id: &str) {
-        let pending = tokio::spawn({
-            let client = self.client.clone();
-            let url = self.url(id);
-            let token = self.token.clone();
-            async move { client.get(url).bearer_auth(token).send().await }
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        pending.abort();
-    }
-
-    /// `GET {base}?id=` asking for an event stream.
-    async fn open_sse(&self, id: &str) -> reqwest::Response {
-        self.client
-            .get(self.url(id))
-            .bearer_auth(&self.token)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap()
-    }
-
-    fn url(&self, id: &str) -> String {
-        format!("{}&id={id}", self.base)
-    }
-
-    async fn poll(&self, id: &str) -> reqwest::Response {
-        self.client
-            .get(self.url(id))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn post(&self, id: &str, body: &[u8]) -> reqwest::Response {
-        self.client
-            .post(self.url(id))
-            .bearer_auth(&self.token)
-            .body(body.to_vec())
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn delete(&self, id: &str) -> reqwest::Response {
-        self.client
-            .delete(self.url(id))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-    }
-}
 
 #[tokio::test]
 async fn long_polling_json_round_trip() {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{eventually, now, within, TestServer};
+use common::{eventually, now, within, Http, TestServer};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use switchyard_auth::TokenBuilder;
@@ -2962,50 +2962,12 @@ async fn error_completion_from_the_router_reaches_the_caller() {
     assert_eq!(received, failed);
 }
 
-/// Long polling and Server-Sent Events clients relayed to an app server.
-struct Http {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Http {
-    fn url(&self, id: &str) -> String {
-        format!("{}&id={id}", self.base)
-    }
-
-    async fn poll(&self, id: &str) -> reqwest::Response {
-        self.client
-            .get(self.url(id))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn post(&self, id: &str, body: &[u8]) -> u16 {
-        self.client
-            .post(self.url(id))
-            .bearer_auth(&self.token)
-            .body(body.to_vec())
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    }
-}
-
 #[tokio::test]
 async fn long_polling_client_in_default_mode() {
     let server = TestServer::start_with(default_mode()).await;
     let hub = "chat";
     let mut app = AppServer::open(&server, hub, "s1").await;
-    let http = Http {
-        client: reqwest::Client::new(),
-        base: server.client_url(hub),
-        token: server.token(hub, Some("lp")),
-    };
+    let http = Http::for_user(&server, hub, "lp");
     for format in [Format::Json, Format::MessagePack] {
         let negotiated = switchyard_client::negotiate(&http.base, &http.token, 1)
             .await
@@ -3013,7 +2975,7 @@ async fn long_polling_client_in_default_mode() {
         let (key, id) = (negotiated.id_value, negotiated.connection_id);
         assert_eq!(http.poll(&key).await.status(), 200);
         let request = handshake::encode_request(format.name(), 1);
-        assert_eq!(http.post(&key, &request).await, 200);
+        assert_eq!(http.post(&key, &request).await.status(), 200);
         let open = app.open_connection().await;
         assert_eq!(open.connection_id, id);
         assert_eq!(open.ext.protocol.as_deref(), Some(format.name()));
@@ -3032,7 +2994,7 @@ async fn long_polling_client_in_default_mode() {
         }
         assert_eq!(body, stream);
         let up = Msg::invocation("up", &[json!(2)]).bytes(format);
-        assert_eq!(http.post(&key, &up).await, 200);
+        assert_eq!(http.post(&key, &up).await.status(), 200);
         assert_eq!(app.connection_data(&id).await, up);
         let deleted = http
             .client
@@ -3051,11 +3013,7 @@ async fn server_sent_events_client_in_default_mode() {
     let server = TestServer::start_with(default_mode()).await;
     let hub = "chat";
     let mut app = AppServer::open(&server, hub, "s1").await;
-    let http = Http {
-        client: reqwest::Client::new(),
-        base: server.client_url(hub),
-        token: server.token(hub, Some("sse")),
-    };
+    let http = Http::for_user(&server, hub, "sse");
     let negotiated = switchyard_client::negotiate(&http.base, &http.token, 1)
         .await
         .unwrap();
@@ -3072,7 +3030,7 @@ async fn server_sent_events_client_in_default_mode() {
     let mut events = Box::pin(response.bytes_stream());
     let mut received: Vec<u8> = Vec::new();
     let request = handshake::encode_request("json", 1);
-    assert_eq!(http.post(&key, &request).await, 200);
+    assert_eq!(http.post(&key, &request).await.status(), 200);
     app.open_connection().await;
     assert_eq!(app.connection_data(&id).await, request);
     let msg = Msg::invocation("sse", &[json!("hi")]);
