@@ -5,12 +5,18 @@
 //! # Layout
 //! - [`negotiate`]: `POST {base}/negotiate`.
 //! - [`WsClient`]: one WebSocket connection with the hub-protocol handshake done.
+//! - [`connection`]: [`connect`] / [`Connection`], a connection over any of the three
+//!   transports, started like the official clients (negotiate redirects followed), with an
+//!   optional source address.
 //! - [`app_server`]: the other side: an app server connected to the service the way the
 //!   .NET server SDK is, hosting the benchmark hub.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 pub mod app_server;
+pub mod connection;
+
+pub use connection::{connect, http_client, ConnectOptions, Connection, Transport};
 
 use base64::Engine;
 use bytes::BytesMut;
