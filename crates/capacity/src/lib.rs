@@ -3,7 +3,17 @@
 //! # Layout
 //! - [`report`]: the benchmark report (`switchyard-bench … --summary-json FILE`), shared by
 //!   the writer (`switchyard-bench`) and the reader (`switchyard capacity`).
+//! - [`guide`]: Azure SignalR Service's published per-unit figures (connections, inbound and
+//!   outbound messages and bandwidth per use case) from its performance guide, as data; the
+//!   current revision and the earlier seven-unit one.
+//! - [`plan`]: the guide's formulas: a load's inbound/outbound messages and bandwidth, the
+//!   smallest unit that carries one load or a mix, the unit a report's last passing step reaches
+//!   ([`plan::azure_unit`]), and a load against a measurement.
+//! - [`spec`]: loads written as `key=value,…` text, sizes and durations (`switchyard capacity`).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod guide;
+pub mod plan;
 pub mod report;
+pub mod spec;

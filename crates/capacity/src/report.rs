@@ -151,6 +151,6 @@ pub struct Report {
     pub service: Option<ProcessUsage>,
     pub app_server: Option<ProcessUsage>,
     /// The Azure unit whose published figure for this scenario the last passing step equals
-    /// or exceeds (`Unit1` … `Unit100`), if any.
+    /// or exceeds (`Unit1` … `Unit100`; `Unit200 (Premium_P2)` and up), if any.
     pub azure_unit: Option<String>,
 }

@@ -1,6 +1,7 @@
 //! Commands and flags. Other tooling depends on these names: keep them stable.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,13 @@ enum Command {
     /// Upstream webhooks (serverless): `upstream init` writes a sample config file.
     #[command(subcommand)]
     Upstream(UpstreamCommand),
+    /// Capacity planning: the messages, bandwidth and Azure unit a load needs, checked against
+    /// switchyard-bench reports.
+    #[command(
+        long_about = crate::capacity::LONG_ABOUT,
+        after_long_help = crate::capacity::AFTER_LONG_HELP
+    )]
+    Capacity(crate::capacity::CapacityArgs),
 }
 
 #[derive(Subcommand)]
@@ -111,12 +119,16 @@ struct TokenArgs {
     json: bool,
 }
 
-pub fn run() -> Result<(), String> {
+/// Runs the command; `Err` is a usage or configuration error (exit status 2).
+pub fn run() -> Result<ExitCode, String> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
-        Command::Token(args) => token(args),
-        Command::Upstream(UpstreamCommand::Init(args)) => upstream_init(args),
+        Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Token(args) => token(args).map(|()| ExitCode::SUCCESS),
+        Command::Upstream(UpstreamCommand::Init(args)) => {
+            upstream_init(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Capacity(args) => crate::capacity::run(args),
     }
 }
 

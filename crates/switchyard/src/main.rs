@@ -1,13 +1,15 @@
 //! `switchyard`: the service binary.
 //!
 //! # Layout
-//! - `cli`: commands and flags (`serve`, `token`, `upstream init`).
+//! - `cli`: commands and flags (`serve`, `token`, `upstream init`, `capacity`).
+//! - `capacity`: `switchyard capacity`, the capacity planner (loads, Azure units, bench reports).
 //! - `settings`: the config tree assembled from defaults, the TOML file, `SWITCHYARD_*`
 //!   variables and flags, in that order of precedence (later wins).
 //! - `upstream_init`: the sample config file `upstream init` writes.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+mod capacity;
 mod cli;
 mod settings;
 mod upstream_init;
@@ -16,7 +18,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     match cli::run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             eprintln!("switchyard: error: {error}");
             ExitCode::from(2)
