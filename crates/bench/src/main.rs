@@ -1,16 +1,16 @@
-//! `switchyard-bench`: benchmark tooling for Switchyard.
+//! `switchyard-bench`: load scenarios against Switchyard (or any SignalR server), and the
+//! app-server peer they use in Default mode.
 //!
-//! Subcommands:
-//! - `app-server`: an app server connected to the service the way the .NET server SDK
-//!   is, serving the benchmark hub and its negotiate redirect.
-//!
-//! Load scenarios are added as further subcommands of [`Command`].
+//! Every scenario is one subcommand (`switchyard-bench echo …`); `compare` puts reports
+//! side by side; `app-server` runs the benchmark hub; `worker` is internal (`--workers`).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use switchyard_bench::scenario::{RunArgs, Scenario};
 use switchyard_bench::{run_app_server, shutdown_signal, AppServerArgs};
 
 #[derive(Debug, Parser)]
@@ -22,8 +22,38 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Every sender invokes Echo; the app server answers the caller (Default mode).
+    Echo(RunArgs),
+    /// Senders invoke Broadcast; every connection receives each message (Default mode).
+    Broadcast(RunArgs),
+    /// Senders invoke SendToGroup for their group: --group-size 10 (small) or --groups 10 (big).
+    SendToGroup(RunArgs),
+    /// Senders invoke SendToConnection for another connection (Default mode).
+    SendToConnection(RunArgs),
+    /// REST callers broadcast through the service's REST API (serverless).
+    RestBroadcast(RunArgs),
+    /// REST callers send to one user each through the REST API (serverless).
+    RestSendToUser(RunArgs),
+    /// Senders alternate JoinGroup and LeaveGroup, each acknowledged (Default mode).
+    JoinLeaveGroup(RunArgs),
+    /// Open connections on a timetable (--connect-rate) and measure connect latency.
+    ConnectRate(RunArgs),
+    /// Hold connections open and measure the service's memory per connection.
+    Idle(RunArgs),
+    /// Print reports (--summary-json files) side by side.
+    Compare {
+        /// Report files, e.g. Switchyard's then the peer's.
+        #[arg(required = true, num_args = 1..)]
+        reports: Vec<PathBuf>,
+        /// Also write a side-by-side chart (SVG).
+        #[arg(long)]
+        chart: Option<PathBuf>,
+    },
     /// Run an app server (benchmark hub + negotiate endpoint) against a service.
     AppServer(AppServerArgs),
+    /// Internal: one load-generator process of --workers N.
+    #[command(hide = true)]
+    Worker,
 }
 
 fn main() -> ExitCode {
@@ -31,7 +61,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -42,16 +72,67 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = runtime.block_on(async {
-        match &cli.command {
-            Command::AppServer(args) => run_app_server(args, shutdown_signal()).await,
+    let scenario = |command: &Command| -> Option<(Scenario, RunArgs)> {
+        Some(match command {
+            Command::Echo(a) => (Scenario::Echo, a.clone()),
+            Command::Broadcast(a) => (Scenario::Broadcast, a.clone()),
+            Command::SendToGroup(a) => (Scenario::SendToGroup, a.clone()),
+            Command::SendToConnection(a) => (Scenario::SendToConnection, a.clone()),
+            Command::RestBroadcast(a) => (Scenario::RestBroadcast, a.clone()),
+            Command::RestSendToUser(a) => (Scenario::RestSendToUser, a.clone()),
+            Command::JoinLeaveGroup(a) => (Scenario::JoinLeaveGroup, a.clone()),
+            Command::ConnectRate(a) => (Scenario::ConnectRate, a.clone()),
+            Command::Idle(a) => (Scenario::Idle, a.clone()),
+            _ => return None,
+        })
+    };
+    let code = runtime.block_on(async {
+        if let Some((scenario, args)) = scenario(&cli.command) {
+            return match switchyard_bench::run::run(scenario, &args).await {
+                Ok(report) if report.passed => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("switchyard-bench: error: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        let result = match &cli.command {
+            Command::AppServer(args) => run_app_server(args, shutdown_signal())
+                .await
+                .map_err(|e| e.to_string()),
+            Command::Worker => switchyard_bench::run::serve_worker()
+                .await
+                .map_err(|e| e.to_string()),
+            Command::Compare { reports, chart } => compare(reports, chart.as_ref()),
+            _ => unreachable!("scenarios are handled above"),
+        };
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("switchyard-bench: error: {e}");
+                ExitCode::from(2)
+            }
         }
     });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("switchyard-bench: error: {e}");
-            ExitCode::from(2)
-        }
+    // Worker tasks may still hold sockets; do not wait for them.
+    runtime.shutdown_background();
+    code
+}
+
+fn compare(paths: &[PathBuf], chart: Option<&PathBuf>) -> Result<(), String> {
+    let mut reports = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let report: switchyard_capacity::report::Report =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        reports.push(report);
     }
+    let refs: Vec<&_> = reports.iter().collect();
+    println!("{}", switchyard_bench::report::compare_table(&refs));
+    if let Some(path) = chart {
+        switchyard_bench::chart::write_compare_svg(&refs, path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }

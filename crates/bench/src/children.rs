@@ -1,0 +1,128 @@
+//! Processes the tool starts: the service, the app server, the peer. Each prints one line
+//! naming where it listens; the rest of its output is drained so it never blocks on a full
+//! pipe. All are killed when [`Children`] drops (a signal to this process does not reach
+//! them: run under `timeout`, which signals the process group).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+/// How long a child may take to say where it listens.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+pub struct Children {
+    processes: Vec<Child>,
+}
+
+/// A started child: its pid and the value of its announcement line.
+pub struct Started {
+    pub pid: u32,
+    pub value: String,
+}
+
+impl Children {
+    /// `switchyard serve --listen 127.0.0.1:0` → the connection string it prints.
+    pub fn start_service(&mut self, bin: &Path) -> Result<Started, String> {
+        self.start(
+            bin,
+            &["serve", "--listen", "127.0.0.1:0"],
+            "ConnectionString: ",
+        )
+    }
+
+    /// `switchyard-bench app-server` against `connection_string` → its base URL.
+    pub fn start_app_server(
+        &mut self,
+        bin: &Path,
+        connection_string: &str,
+        hub: &str,
+        connections: usize,
+    ) -> Result<Started, String> {
+        self.start(
+            bin,
+            &[
+                "app-server",
+                "--connection-string",
+                connection_string,
+                "--listen",
+                "127.0.0.1:0",
+                "--hub",
+                hub,
+                "--connections",
+                &connections.to_string(),
+            ],
+            "App server listening on ",
+        )
+    }
+
+    /// A peer (`--listen 127.0.0.1:0 --hub HUB`) → its base URL.
+    pub fn start_peer(&mut self, bin: &Path, hub: &str) -> Result<Started, String> {
+        self.start(
+            bin,
+            &["--listen", "127.0.0.1:0", "--hub", hub],
+            "Peer listening on ",
+        )
+    }
+
+    fn start(&mut self, bin: &Path, args: &[&str], prefix: &str) -> Result<Started, String> {
+        let mut child = Command::new(bin)
+            .args(args)
+            .env("SWITCHYARD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        let pid = child.id();
+        let out = child.stdout.take().expect("piped");
+        self.processes.push(child);
+        let line = first_line_with(out, prefix)
+            .map_err(|e| format!("{} (pid {pid}): {e}", bin.display()))?;
+        Ok(Started {
+            pid,
+            value: line[prefix.len()..].trim().to_owned(),
+        })
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        // In start order: the service before its app server, so the service does not log
+        // every server connection's reset.
+        for child in self.processes.iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The first line starting with `prefix` (within [`START_WAIT`]); later lines are drained
+/// in the background.
+fn first_line_with(out: ChildStdout, prefix: &str) -> Result<String, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            // Nobody listens after the first match: keep draining.
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + START_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with(prefix) => return Ok(line),
+            Ok(_) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                return Err(format!(
+                    "no line starting with {prefix:?} within {START_WAIT:?}"
+                ))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(format!("exited before printing {prefix:?}"))
+            }
+        }
+    }
+}

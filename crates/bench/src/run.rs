@@ -1,0 +1,893 @@
+//! The coordinator of a scenario run: sets up the target (service, app server, peer),
+//! starts the workers (in this process, or `--workers N` child processes), merges what
+//! they report, applies Azure's stop rule after each step, samples the target's CPU and
+//! memory, and writes the report, counters and chart.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use switchyard_auth::ConnectionString;
+use switchyard_capacity::report::{Counts, ProcessUsage, Report, Second, Step};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+
+use crate::children::Children;
+use crate::procstat::{self, Sample};
+use crate::report;
+use crate::scenario::{Endpoint, Plan, RestTarget, RunArgs, Scenario};
+use crate::stats::{Bucket, BucketExport, Live};
+use crate::worker::{self, instant_at, now_ms, Command, Event};
+
+/// Azure's rule: at most this share of messages may take ≥ 1 s (lost ones count), and at
+/// most this share of connections may fail.
+const RULE_SHARE: f64 = 0.01;
+
+/// A worker's final report: steps, seconds, errors.
+type Final = (Vec<BucketExport>, Vec<BucketExport>, Vec<(String, u64)>);
+
+/// A run that could not be set up or carried out.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RunError(pub String);
+
+impl From<String> for RunError {
+    fn from(value: String) -> Self {
+        RunError(value)
+    }
+}
+
+/// The target under test, resolved.
+struct Target {
+    name: String,
+    mode: &'static str,
+    endpoint: Endpoint,
+    rest: Option<RestTarget>,
+    /// The process whose CPU/memory is "the service" in the report.
+    service_pid: Option<u32>,
+    app_pid: Option<u32>,
+    _children: Children,
+}
+
+fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError> {
+    let mut children = Children::default();
+    // A plain SignalR server (the peer).
+    if args.peer_url.is_some() || args.peer_bin.is_some() {
+        let (url, pid) = match (&args.peer_url, &args.peer_bin) {
+            (Some(url), _) => (url.trim_end_matches('/').to_owned(), args.peer_pid),
+            (None, Some(bin)) => {
+                let started = children.start_peer(bin, &args.hub)?;
+                (started.value, Some(started.pid))
+            }
+            (None, None) => unreachable!(),
+        };
+        let pid = pid.or_else(|| port_of(&url).and_then(procstat::listener_pid));
+        return Ok(Target {
+            name: args
+                .target_name
+                .clone()
+                .unwrap_or_else(|| "peer".to_owned()),
+            mode: "direct",
+            rest: Some(RestTarget {
+                base: format!("{url}/"),
+                access_key: None,
+            }),
+            endpoint: Endpoint::Hub { url },
+            service_pid: pid,
+            app_pid: None,
+            _children: children,
+        });
+    }
+    let (connection_string, mut service_pid) = match (&args.connection_string, &args.service_bin)
+    {
+        (Some(cs), _) => (cs.clone(), args.service_pid),
+        (None, Some(bin)) => {
+            let started = children.start_service(bin)?;
+            (started.value, Some(started.pid))
+        }
+        (None, None) => {
+            return Err(RunError(
+                "name the service with --connection-string \"Endpoint=…;AccessKey=…;Version=1.0;\" (or start one with --service-bin, or test a peer with --peer-url/--peer-bin)".to_owned(),
+            ))
+        }
+    };
+    let cs = ConnectionString::from_str(&connection_string)
+        .map_err(|e| RunError(format!("connection string: {e}")))?;
+    let access_key = cs.access_key.clone().ok_or_else(|| {
+        RunError("the connection string has no AccessKey (needed to sign client tokens)".into())
+    })?;
+    if service_pid.is_none() {
+        service_pid = cs
+            .base_url()
+            .port_or_known_default()
+            .and_then(procstat::listener_pid);
+    }
+    let rest = Some(RestTarget {
+        base: cs.server_base_url().to_string(),
+        access_key: Some(access_key.clone()),
+    });
+    if scenario.needs_app_server() {
+        let (url, app_pid) = match &args.app_url {
+            Some(url) => (
+                url.trim_end_matches('/').to_owned(),
+                args.app_pid
+                    .or_else(|| port_of(url).and_then(procstat::listener_pid)),
+            ),
+            None => {
+                let exe = std::env::current_exe()
+                    .map_err(|e| RunError(format!("own executable: {e}")))?;
+                let started = children.start_app_server(
+                    &exe,
+                    &connection_string,
+                    &args.hub,
+                    args.server_connections,
+                )?;
+                (started.value, Some(started.pid))
+            }
+        };
+        return Ok(Target {
+            name: args
+                .target_name
+                .clone()
+                .unwrap_or_else(|| "switchyard".to_owned()),
+            mode: "default",
+            endpoint: Endpoint::Hub { url },
+            rest,
+            service_pid,
+            app_pid,
+            _children: children,
+        });
+    }
+    Ok(Target {
+        name: args
+            .target_name
+            .clone()
+            .unwrap_or_else(|| "switchyard".to_owned()),
+        mode: "serverless",
+        endpoint: Endpoint::Service {
+            base: cs.client_base_url().to_string(),
+            access_key,
+        },
+        rest,
+        service_pid,
+        app_pid: None,
+        _children: children,
+    })
+}
+
+fn port_of(url: &str) -> Option<u16> {
+    url::Url::parse(url).ok()?.port_or_known_default()
+}
+
+/// Checks flags that clap cannot.
+fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
+    worker::parse_format(&args.protocol)?;
+    if args.connections == 0 {
+        return Err(RunError("--connections must be at least 1".into()));
+    }
+    if args.steps == 0 {
+        return Err(RunError("--steps must be at least 1".into()));
+    }
+    if args.workers == 0 || args.workers > 64 {
+        return Err(RunError("--workers must be 1–64".into()));
+    }
+    if args.duration.is_zero() {
+        return Err(RunError("--duration must be more than 0".into()));
+    }
+    if args.send_interval.is_zero() {
+        return Err(RunError("--send-interval must be more than 0".into()));
+    }
+    if scenario == Scenario::SendToGroup && args.group_size.is_none() && args.groups.is_none() {
+        return Err(RunError(
+            "send-to-group needs --group-size N (Azure's small groups: 10) or --groups N (big groups: 10)".into(),
+        ));
+    }
+    if let Some(senders) = args.senders {
+        if scenario.sends() && senders == 0 {
+            return Err(RunError("--senders must be at least 1".into()));
+        }
+        if !scenario.is_rest() && senders > args.connections {
+            return Err(RunError(format!(
+                "--senders {senders} is more than --connections {}",
+                args.connections
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `scenario`; the report is written and printed before it returns.
+pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError> {
+    validate(scenario, args)?;
+    let target = resolve_target(scenario, args)?;
+    let senders = if scenario.sends() {
+        args.senders
+            .unwrap_or_else(|| scenario.default_senders(args.connections))
+    } else {
+        0
+    };
+    let plan = Plan {
+        scenario,
+        hub: args.hub.clone(),
+        endpoint: target.endpoint.clone(),
+        rest: target.rest.clone(),
+        transport: args.transport.clone(),
+        protocol: args.protocol.clone(),
+        connections: args.connections,
+        senders,
+        steps: if scenario.sends() { args.steps } else { 1 },
+        step_seconds: args.duration.as_secs_f64(),
+        warmup_seconds: args.warmup.as_secs_f64(),
+        drain_seconds: args.drain.as_secs_f64(),
+        message_size: args.message_size,
+        interval_ms: args.send_interval.as_secs_f64() * 1000.0,
+        group_size: args.group_size,
+        groups: args
+            .groups
+            .or((scenario == Scenario::JoinLeaveGroup).then_some(10)),
+        connect_rate: args.connect_rate,
+        max_connecting: args.max_connecting,
+        source_addresses: args.source_addresses.clone(),
+        workers: args.workers,
+        worker: 0,
+    };
+    let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let service_before = target.service_pid.and_then(procstat::sample);
+    let app_before = target.app_pid.and_then(procstat::sample);
+
+    let (events_tx, mut events) = mpsc::unbounded_channel::<(usize, Event)>();
+    let workers = start_workers(&plan, events_tx).await?;
+    let progress = Progress::new(args.quiet, args.connections);
+    let mut counters = match &args.counters {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|e| RunError(format!("--counters {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let mut live: Vec<Live> = vec![Live::default(); workers.len()];
+
+    // 1. Connect phase.
+    let connect_deadline = Instant::now()
+        + Duration::from_secs_f64(args.connections as f64 / args.connect_rate.max(0.001) + 120.0);
+    let mut connected = 0u64;
+    let mut failed: Vec<u64> = Vec::new();
+    let mut connect = Bucket::empty_step();
+    let mut connect_seconds = 0f64;
+    let mut waiting = workers.len();
+    while waiting > 0 {
+        let (index, event) = tokio::select! {
+            event = events.recv() => event.ok_or_else(|| RunError("every worker exited".into()))?,
+            _ = sleep_until(connect_deadline) => return Err(RunError("connect phase did not finish in time".into())),
+        };
+        match event {
+            Event::Connected {
+                connected: c,
+                failed: f,
+                connect: bucket,
+                seconds,
+            } => {
+                connected += c;
+                failed.extend(f);
+                connect.merge(&bucket)?;
+                connect_seconds = connect_seconds.max(seconds);
+                waiting -= 1;
+            }
+            Event::Live { live: l } => {
+                live[index] = l;
+                progress.connecting(&sum(&live));
+            }
+            Event::Failed { error } => return Err(RunError(format!("worker {index}: {error}"))),
+            _ => {}
+        }
+    }
+    failed.sort_unstable();
+    progress.connected(connected, failed.len() as u64, connect_seconds);
+    if connected == 0 {
+        return Err(RunError(format!(
+            "no connection succeeded; first errors are printed above (target {})",
+            describe(&target.endpoint)
+        )));
+    }
+
+    // 2. Sending: one common timetable.
+    let start_ms = now_ms() + 1000.0;
+    for w in &workers {
+        w.send(Command::Start {
+            start_ms,
+            connected,
+            failed: failed.clone(),
+        });
+    }
+    let steps = plan.steps.max(1);
+    let measure_ms = start_ms + plan.warmup_seconds * 1000.0;
+    let step_ms = plan.step_seconds * 1000.0;
+    // Samples of the target at each step boundary (index 0 = measuring starts).
+    let mut service_samples: Vec<Option<Sample>> = Vec::new();
+    let mut app_samples: Vec<Option<Sample>> = Vec::new();
+    let mut merged_steps: BTreeMap<u64, (Bucket, usize)> = BTreeMap::new();
+    let mut finals: Vec<Option<Final>> = vec![None; workers.len()];
+    let mut stopped_after: Option<u64> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    progress.sending(plan.warmup_seconds + plan.send_seconds());
+    loop {
+        let next_sample = measure_ms + step_ms * service_samples.len() as f64;
+        let sampling = service_samples.len() <= steps as usize;
+        tokio::select! {
+            _ = sleep_until(instant_at(next_sample)), if sampling => {
+                service_samples.push(target.service_pid.and_then(procstat::sample));
+                app_samples.push(target.app_pid.and_then(procstat::sample));
+            }
+            _ = tick.tick() => {
+                let total = sum(&live);
+                if let Some(file) = counters.as_mut() {
+                    let step = current_step(now_ms(), measure_ms, step_ms, steps);
+                    let line = report::counters_line(SystemTime::now(), &azure_counters(&total, &plan, step));
+                    let _ = writeln!(file, "{line}");
+                }
+                progress.tick((now_ms() - start_ms) / 1000.0, &total, &plan, measure_ms, step_ms);
+            }
+            event = events.recv() => {
+                let Some((index, event)) = event else { break };
+                match event {
+                    Event::Live { live: l } => live[index] = l,
+                    Event::Step { step } => {
+                        let entry = merged_steps.entry(step.index).or_insert_with(|| (Bucket::empty_step(), 0));
+                        entry.0.merge(&step)?;
+                        entry.1 += 1;
+                        if entry.1 == workers.len() {
+                            let dropped = sum(&live).dropped;
+                            let passed = rule_passes(&entry.0, failed.len() as u64 + dropped, args.connections);
+                            progress.step_done(step.index, steps, &entry.0, passed);
+                            if !passed && stopped_after.is_none() && step.index < u64::from(steps) {
+                                stopped_after = Some(step.index);
+                                let at_ms = now_ms();
+                                for w in &workers {
+                                    w.send(Command::Stop { at_ms });
+                                }
+                            }
+                        }
+                    }
+                    Event::Final { steps, seconds, errors } => {
+                        finals[index] = Some((steps, seconds, errors));
+                        if finals.iter().all(Option::is_some) {
+                            break;
+                        }
+                    }
+                    Event::Failed { error } => return Err(RunError(format!("worker {index}: {error}"))),
+                    Event::Connected { .. } => {}
+                }
+            }
+        }
+    }
+    progress.finish();
+    if let Some(file) = counters.as_mut() {
+        let step = current_step(now_ms(), measure_ms, step_ms, steps);
+        let line =
+            report::counters_line(SystemTime::now(), &azure_counters(&sum(&live), &plan, step));
+        let _ = writeln!(file, "{line}");
+    }
+    let service_after = target.service_pid.and_then(procstat::sample);
+    let app_after = target.app_pid.and_then(procstat::sample);
+    drop(workers);
+
+    // 3. Merge the finals into the report.
+    let mut step_buckets: Vec<Bucket> = (0..steps).map(|_| Bucket::empty_step()).collect();
+    let mut second_buckets: Vec<Bucket> = Vec::new();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for (worker_steps, worker_seconds, worker_errors) in finals.into_iter().flatten() {
+        for s in worker_steps {
+            if let Some(bucket) = step_buckets.get_mut((s.index as usize).wrapping_sub(1)) {
+                bucket.merge(&s)?;
+            }
+        }
+        for s in worker_seconds {
+            let i = s.index as usize;
+            if second_buckets.len() <= i {
+                second_buckets.resize_with(i + 1, Bucket::empty_second);
+            }
+            second_buckets[i].merge(&s)?;
+        }
+        for (kind, count) in worker_errors {
+            *errors.entry(kind).or_insert(0) += count;
+        }
+    }
+    let dropped = sum(&live).dropped;
+    if scenario == Scenario::ConnectRate {
+        // The measurement is the connect phase itself.
+        step_buckets[0] = connect;
+        step_buckets[0].dropped = dropped;
+    }
+    let ran_steps = stopped_after.unwrap_or(u64::from(steps)) as usize;
+    let mut report_steps = Vec::new();
+    for (i, bucket) in step_buckets.iter().enumerate().take(ran_steps) {
+        let index = i + 1;
+        let usage = |samples: &[Option<Sample>]| match (samples.get(i), samples.get(i + 1)) {
+            (Some(Some(a)), Some(Some(b))) => Some(procstat::usage(a, b)),
+            _ => None,
+        };
+        let service = usage(&service_samples);
+        let seconds = if scenario == Scenario::ConnectRate {
+            connect_seconds
+        } else {
+            plan.step_seconds
+        };
+        let counts = counts(bucket, failed.len() as u64, scenario);
+        let cpu_per_delivery = service
+            .as_ref()
+            .filter(|_| counts.received > 0)
+            .map(|u| u.cpu_seconds * 1e6 / counts.received as f64);
+        report_steps.push(Step {
+            index,
+            senders: plan.senders_at(index as u32),
+            connections: connected.saturating_sub(bucket.dropped),
+            seconds,
+            latency: report::latency(&bucket.latency, counts.lost),
+            inbound_per_s: counts.sent as f64 / seconds.max(1e-9),
+            outbound_per_s: counts.received as f64 / seconds.max(1e-9),
+            passed: rule_passes(bucket, failed.len() as u64 + dropped, args.connections),
+            service,
+            app_server: usage(&app_samples),
+            service_cpu_us_per_delivery: cpu_per_delivery,
+            counts,
+        });
+    }
+    let last_passing = report_steps
+        .iter()
+        .take_while(|s| s.passed)
+        .last()
+        .map(|s| s.index);
+    let mut total = Bucket::empty_step();
+    for bucket in step_buckets.iter().take(ran_steps) {
+        total.merge(&bucket.export(0))?;
+    }
+    let total_counts = counts(&total, failed.len() as u64, scenario);
+    let timeline = second_buckets
+        .iter()
+        .enumerate()
+        .map(|(second, b)| {
+            let ms = |q: f64| b.latency.value_at_quantile(q) as f64 / 1000.0;
+            Second {
+                second: second as u64,
+                step: ((second as f64 * 1000.0 / step_ms) as usize + 1).min(steps as usize),
+                sent: b.sent,
+                received: b.received,
+                p50_ms: ms(0.5),
+                p99_ms: ms(0.99),
+                max_ms: b.latency.max() as f64 / 1000.0,
+            }
+        })
+        .collect();
+    let whole = |before: Option<Sample>, after: Option<Sample>| -> Option<ProcessUsage> {
+        Some(procstat::usage(&before?, &after?))
+    };
+    let service = whole(service_before, service_after);
+    let mut report = Report {
+        tool: format!("switchyard-bench {}", env!("CARGO_PKG_VERSION")),
+        scenario: scenario.name().to_owned(),
+        target: target.name.clone(),
+        mode: target.mode.to_owned(),
+        transport: args.transport.to_ascii_lowercase(),
+        protocol: args.protocol.to_ascii_lowercase(),
+        connections: args.connections,
+        message_size: args.message_size,
+        send_interval_ms: plan.interval_ms,
+        group_size: args.group_size,
+        groups: plan.groups,
+        workers: args.workers as usize,
+        started_at,
+        seconds: plan.warmup_seconds + plan.step_seconds * ran_steps as f64,
+        latency: report::latency(&total.latency, total_counts.lost),
+        counts: total_counts,
+        passed: last_passing == Some(ran_steps)
+            && report_steps
+                .iter()
+                .all(|s| s.counts.lost == 0 && s.counts.duplicated == 0 && s.counts.reordered == 0)
+            && failed.is_empty()
+            && dropped == 0,
+        last_passing_step: last_passing,
+        steps: report_steps,
+        timeline,
+        connects_per_s: (connect_seconds > 0.0).then(|| connected as f64 / connect_seconds),
+        // Measured at the end of the hold, while every connection is still open.
+        service_rss_per_connection_bytes: match (scenario, &service_before, service_samples.last())
+        {
+            (Scenario::Idle, Some(before), Some(Some(held))) => {
+                Some((held.rss_kb as f64 - before.rss_kb as f64) * 1024.0 / connected.max(1) as f64)
+            }
+            _ => None,
+        },
+        service,
+        app_server: whole(app_before, app_after),
+        azure_unit: None,
+    };
+    report.azure_unit = switchyard_capacity::plan::azure_unit(&report);
+    if !errors.is_empty() {
+        eprintln!("errors (count: kind):");
+        for (kind, count) in &errors {
+            eprintln!("  {count}: {kind}");
+        }
+    }
+    write_outputs(&report, args.summary_json.as_ref(), args.chart.as_ref())?;
+    Ok(report)
+}
+
+fn describe(endpoint: &Endpoint) -> String {
+    match endpoint {
+        Endpoint::Service { base, .. } => format!("{base}client/"),
+        Endpoint::Hub { url } => url.clone(),
+    }
+}
+
+/// Counts of a merged bucket (lost = expected − received).
+fn counts(bucket: &Bucket, connect_failed: u64, scenario: Scenario) -> Counts {
+    Counts {
+        sent: bucket.sent,
+        expected: bucket.expected,
+        received: bucket.received,
+        lost: bucket.expected.saturating_sub(bucket.received),
+        duplicated: bucket.duplicated,
+        reordered: bucket.reordered,
+        connections_failed: if scenario == Scenario::ConnectRate {
+            bucket.expected.saturating_sub(bucket.received) + bucket.dropped
+        } else {
+            connect_failed + bucket.dropped
+        },
+        sent_bytes: bucket.sent_bytes,
+        received_bytes: bucket.received_bytes,
+    }
+}
+
+/// Azure's rule for one step.
+fn rule_passes(bucket: &Bucket, failed_connections: u64, connections: u64) -> bool {
+    let lost = bucket.expected.saturating_sub(bucket.received);
+    let slow = bucket
+        .latency
+        .iter_recorded()
+        .filter(|v| v.value_iterated_to() >= 1_000_000)
+        .map(|v| v.count_at_value())
+        .sum::<u64>()
+        + lost;
+    let slow_ok = bucket.expected == 0 || (slow as f64) <= RULE_SHARE * bucket.expected as f64;
+    let connections_ok = (failed_connections as f64) <= RULE_SHARE * connections as f64;
+    slow_ok && connections_ok
+}
+
+/// The 1-based step running at `now` (0 during the warm-up; the last after the end).
+fn current_step(now: f64, measure_ms: f64, step_ms: f64, steps: u32) -> u32 {
+    if now < measure_ms {
+        0
+    } else {
+        (((now - measure_ms) / step_ms) as u32 + 1).min(steps)
+    }
+}
+
+fn sum(live: &[Live]) -> Live {
+    let mut total = Live::default();
+    for l in live {
+        total.add(l);
+    }
+    total
+}
+
+/// The live counters in Azure's names; `step` is the step running now (0 = warm-up).
+fn azure_counters(live: &Live, plan: &Plan, step: u32) -> report::LiveCounters {
+    let mut counters = report::LiveCounters {
+        sending_step: if step == 0 { 0 } else { plan.senders_at(step) },
+        epoch: u64::from(step),
+        connections_success: live.connected.saturating_sub(live.dropped),
+        connections_failed: live.connect_failed + live.dropped,
+        connections_reconnect: 0,
+        sent: live.sent,
+        received: live.received,
+        sent_bytes: live.sent_bytes,
+        received_bytes: live.received_bytes,
+        ..Default::default()
+    };
+    for (t, s) in counters.buckets_v1.iter_mut().zip(&live.buckets_v1) {
+        *t = *s;
+    }
+    for (t, s) in counters.buckets_v2.iter_mut().zip(&live.buckets_v2) {
+        *t = *s;
+    }
+    counters
+}
+
+fn write_outputs(
+    report: &Report,
+    summary: Option<&PathBuf>,
+    chart: Option<&PathBuf>,
+) -> Result<(), RunError> {
+    println!("{}", report::table(report));
+    if let Some(path) = summary {
+        let json = serde_json::to_string_pretty(report).expect("report serialises");
+        std::fs::write(path, json + "\n")
+            .map_err(|e| RunError(format!("--summary-json {}: {e}", path.display())))?;
+    }
+    if let Some(path) = chart {
+        crate::chart::write_svg(report, path)
+            .map_err(|e| RunError(format!("--chart {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// A worker as the coordinator sees it.
+enum WorkerHandle {
+    Local(mpsc::UnboundedSender<Command>),
+    Child {
+        commands: mpsc::UnboundedSender<Command>,
+        _child: tokio::process::Child,
+    },
+}
+
+impl WorkerHandle {
+    fn send(&self, command: Command) {
+        let (WorkerHandle::Local(tx) | WorkerHandle::Child { commands: tx, .. }) = self;
+        let _ = tx.send(command);
+    }
+}
+
+async fn start_workers(
+    plan: &Plan,
+    events: mpsc::UnboundedSender<(usize, Event)>,
+) -> Result<Vec<WorkerHandle>, RunError> {
+    let mut handles = Vec::new();
+    if plan.workers <= 1 {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (worker_tx, mut worker_rx) = mpsc::unbounded_channel();
+        tokio::spawn(worker::run(plan.clone(), worker_tx, rx));
+        tokio::spawn(async move {
+            while let Some(event) = worker_rx.recv().await {
+                if events.send((0, event)).is_err() {
+                    return;
+                }
+            }
+        });
+        handles.push(WorkerHandle::Local(tx));
+        return Ok(handles);
+    }
+    let exe = std::env::current_exe().map_err(|e| RunError(format!("own executable: {e}")))?;
+    for index in 0..plan.workers {
+        let mut worker_plan = plan.clone();
+        worker_plan.worker = index;
+        let mut child = tokio::process::Command::new(&exe)
+            .arg("worker")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| RunError(format!("start worker {index}: {e}")))?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
+        let first = serde_json::to_string(&worker_plan).expect("plan serialises");
+        tokio::spawn(async move {
+            if stdin
+                .write_all(format!("{first}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            while let Some(command) = rx.recv().await {
+                let line = serde_json::to_string(&command).expect("command serialises");
+                if stdin
+                    .write_all(format!("{line}\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let events = events.clone();
+        let i = index as usize;
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
+                        Ok(event) => {
+                            let _ = events.send((i, event));
+                        }
+                        Err(e) => {
+                            let _ = events.send((
+                                i,
+                                Event::Failed {
+                                    error: format!("unreadable report line ({e}): {line:.200}"),
+                                },
+                            ));
+                        }
+                    },
+                    _ => {
+                        let _ = events.send((
+                            i,
+                            Event::Failed {
+                                error: "exited before its final report".to_owned(),
+                            },
+                        ));
+                        return;
+                    }
+                }
+            }
+        });
+        handles.push(WorkerHandle::Child {
+            commands: tx,
+            _child: child,
+        });
+    }
+    Ok(handles)
+}
+
+/// `switchyard-bench worker`: reads the plan from stdin, runs it, writes events to stdout.
+pub async fn serve_worker() -> Result<(), RunError> {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let first = lines
+        .next_line()
+        .await
+        .map_err(|e| RunError(format!("stdin: {e}")))?
+        .ok_or_else(|| RunError("no plan on stdin".into()))?;
+    let plan: Plan = serde_json::from_str(&first).map_err(|e| RunError(format!("plan: {e}")))?;
+    let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(command) = serde_json::from_str::<Command>(&line) {
+                if commands_tx.send(command).is_err() {
+                    return;
+                }
+            }
+        }
+        // stdin closed: the coordinator is gone; dropping the sender ends the worker.
+    });
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let worker = tokio::spawn(worker::run(plan, events_tx, commands_rx));
+    let mut stdout = tokio::io::stdout();
+    while let Some(event) = events_rx.recv().await {
+        let is_final = matches!(event, Event::Final { .. } | Event::Failed { .. });
+        let line = serde_json::to_string(&event).expect("event serialises");
+        stdout
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .map_err(|e| RunError(format!("stdout: {e}")))?;
+        stdout.flush().await.ok();
+        if is_final {
+            break;
+        }
+    }
+    let _ = worker.await;
+    Ok(())
+}
+
+/// The live view on stderr (hidden with --quiet or when stderr is not a terminal).
+struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    fn new(quiet: bool, connections: u64) -> Progress {
+        let bar = ProgressBar::with_draw_target(
+            Some(connections),
+            if quiet {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            },
+        );
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix("connecting");
+        Progress { bar }
+    }
+
+    fn connecting(&self, live: &Live) {
+        self.bar.set_position(live.connected + live.connect_failed);
+        if live.connect_failed > 0 {
+            self.bar
+                .set_message(format!("{} failed", live.connect_failed));
+        }
+    }
+
+    fn connected(&self, connected: u64, failed: u64, seconds: f64) {
+        self.bar.println(format!(
+            "connected {connected} ({failed} failed) in {seconds:.1} s"
+        ));
+    }
+
+    fn sending(&self, seconds: f64) {
+        self.bar.set_length(seconds.ceil() as u64);
+        self.bar.set_position(0);
+        self.bar.set_prefix("sending");
+        self.bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} s {msg}")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+    }
+
+    fn tick(&self, elapsed: f64, live: &Live, plan: &Plan, measure_ms: f64, step_ms: f64) {
+        self.bar.set_position(elapsed.max(0.0) as u64);
+        let now = now_ms();
+        let step = match current_step(now, measure_ms, step_ms, plan.steps.max(1)) {
+            0 => "warm-up".to_owned(),
+            s => format!(
+                "step {s}/{} ({} senders)",
+                plan.steps.max(1),
+                plan.senders_at(s)
+            ),
+        };
+        let slow: u64 = live.buckets_v1.last().copied().unwrap_or(0);
+        self.bar.set_message(format!(
+            "{step} sent {} received {} ≥1s {slow} dropped {}",
+            live.sent, live.received, live.dropped
+        ));
+    }
+
+    fn step_done(&self, index: u64, steps: u32, bucket: &Bucket, passed: bool) {
+        let ms = |q: f64| bucket.latency.value_at_quantile(q) as f64 / 1000.0;
+        self.bar.println(format!(
+            "step {index}/{steps}: sent {} expected {} received {} p50 {:.1} ms p99 {:.1} ms max {:.1} ms — {}",
+            bucket.sent,
+            bucket.expected,
+            bucket.received,
+            ms(0.5),
+            ms(0.99),
+            bucket.latency.max() as f64 / 1000.0,
+            if passed { "pass" } else { "FAIL (Azure's rule)" }
+        ));
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(expected: u64, latencies_ms: &[u64]) -> Bucket {
+        let mut b = Bucket::empty_step();
+        b.expected = expected;
+        b.received = latencies_ms.len() as u64;
+        for ms in latencies_ms {
+            b.latency.record(ms * 1000).unwrap();
+        }
+        b
+    }
+
+    #[test]
+    fn azure_rule() {
+        // 1 of 100 at ≥ 1 s: exactly 1 %, passes.
+        let mut fast = vec![5; 99];
+        fast.push(1000);
+        assert!(rule_passes(&bucket(100, &fast), 0, 100));
+        // 2 of 100 slow: fails.
+        let mut slow = vec![5; 98];
+        slow.extend([1000, 2500]);
+        assert!(!rule_passes(&bucket(100, &slow), 0, 100));
+        // Lost ones count as slow.
+        assert!(!rule_passes(&bucket(100, &[5; 98]), 0, 100));
+        assert!(rule_passes(&bucket(100, &[5; 99]), 0, 100));
+        // > 1 % of connections failed.
+        assert!(rule_passes(&bucket(100, &[5; 100]), 10, 1000));
+        assert!(!rule_passes(&bucket(100, &[5; 100]), 11, 1000));
+        // Nothing expected (idle): only connections count.
+        assert!(rule_passes(&bucket(0, &[]), 0, 10));
+    }
+
+    #[test]
+    fn steps_by_time() {
+        assert_eq!(current_step(0.0, 10.0, 100.0, 3), 0);
+        assert_eq!(current_step(10.0, 10.0, 100.0, 3), 1);
+        assert_eq!(current_step(110.0, 10.0, 100.0, 3), 2);
+        assert_eq!(current_step(1e9, 10.0, 100.0, 3), 3);
+    }
+}

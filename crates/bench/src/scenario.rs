@@ -1,0 +1,290 @@
+//! The scenarios and their flags, and the plan every load-generator process follows.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A benchmark scenario (Azure's performance guide plus a few of ours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Every sender invokes `Echo`; the app server answers the caller.
+    Echo,
+    /// Senders invoke `Broadcast`; every connection receives each message.
+    Broadcast,
+    /// Senders invoke `SendToGroup` for their own group (see --group-size / --groups).
+    SendToGroup,
+    /// Senders invoke `SendToConnection` for another connection.
+    SendToConnection,
+    /// REST callers `POST /api/hubs/{hub}/:send`; every connection receives each message.
+    RestBroadcast,
+    /// REST callers `POST /api/hubs/{hub}/users/{user}/:send`, one user per connection.
+    RestSendToUser,
+    /// Senders alternate `JoinGroup` / `LeaveGroup`, each acknowledged (latency = ack).
+    JoinLeaveGroup,
+    /// Connections opened on a timetable (latency = negotiate + connect + handshake).
+    ConnectRate,
+    /// Connections held open; the service's memory per connection.
+    Idle,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Echo => "echo",
+            Scenario::Broadcast => "broadcast",
+            Scenario::SendToGroup => "send-to-group",
+            Scenario::SendToConnection => "send-to-connection",
+            Scenario::RestBroadcast => "rest-broadcast",
+            Scenario::RestSendToUser => "rest-send-to-user",
+            Scenario::JoinLeaveGroup => "join-leave-group",
+            Scenario::ConnectRate => "connect-rate",
+            Scenario::Idle => "idle",
+        }
+    }
+
+    /// Hub methods on an app server (or a plain SignalR server) are needed.
+    pub fn needs_app_server(self) -> bool {
+        matches!(
+            self,
+            Scenario::Echo
+                | Scenario::Broadcast
+                | Scenario::SendToGroup
+                | Scenario::SendToConnection
+                | Scenario::JoinLeaveGroup
+        )
+    }
+
+    /// Sends go through the REST API rather than client connections.
+    pub fn is_rest(self) -> bool {
+        matches!(self, Scenario::RestBroadcast | Scenario::RestSendToUser)
+    }
+
+    /// Messages are sent and measured.
+    pub fn sends(self) -> bool {
+        !matches!(self, Scenario::ConnectRate | Scenario::Idle)
+    }
+
+    /// Default number of sending connections (REST callers) for `connections`, as in
+    /// Azure's guide: everyone sends for echo/group/connection, a few broadcast.
+    pub fn default_senders(self, connections: u64) -> u64 {
+        match self {
+            Scenario::Broadcast | Scenario::RestBroadcast => connections.clamp(1, 10),
+            Scenario::ConnectRate | Scenario::Idle => 0,
+            _ => connections,
+        }
+    }
+}
+
+/// Where clients connect and how.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Endpoint {
+    /// The service directly (`{base}client/?hub=`), with client tokens minted from the key.
+    Service { base: String, access_key: String },
+    /// A hub URL that negotiates (and possibly redirects) by itself: an app server's
+    /// `{app}/{hub}` or a plain SignalR server such as the peer. `?user=` names the user.
+    Hub { url: String },
+}
+
+/// Where REST calls go.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestTarget {
+    /// `http://host:port/` (ends with `/`).
+    pub base: String,
+    /// Signs a token per call when set (Azure-style bearer with the REST URL as audience).
+    pub access_key: Option<String>,
+}
+
+/// Everything one load-generator process needs: the same for every worker except
+/// `worker`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub scenario: Scenario,
+    pub hub: String,
+    pub endpoint: Endpoint,
+    pub rest: Option<RestTarget>,
+    pub transport: String,
+    pub protocol: String,
+    pub connections: u64,
+    /// Senders (REST callers) in the last step.
+    pub senders: u64,
+    pub steps: u32,
+    pub step_seconds: f64,
+    pub warmup_seconds: f64,
+    pub drain_seconds: f64,
+    pub message_size: usize,
+    pub interval_ms: f64,
+    /// Members per group; connection g is in group g / group_size.
+    pub group_size: Option<u64>,
+    /// Number of groups; connection g is in group g % groups.
+    pub groups: Option<u64>,
+    pub connect_rate: f64,
+    pub max_connecting: usize,
+    pub source_addresses: Vec<IpAddr>,
+    pub workers: u32,
+    pub worker: u32,
+}
+
+impl Plan {
+    /// Senders active in 1-based `step` (Azure's step-up: an equal share more each step).
+    pub fn senders_at(&self, step: u32) -> u64 {
+        if self.steps <= 1 {
+            return self.senders;
+        }
+        (self.senders * u64::from(step)).div_ceil(u64::from(self.steps))
+    }
+
+    /// The first step in which global sender `g` sends.
+    pub fn first_step_of(&self, g: u64) -> Option<u32> {
+        (1..=self.steps.max(1)).find(|&s| self.senders_at(s) > g)
+    }
+
+    /// Whether global connection (or REST caller) index `g` belongs to this worker.
+    pub fn owns(&self, g: u64) -> bool {
+        g % u64::from(self.workers.max(1)) == u64::from(self.worker)
+    }
+
+    /// The group of connection `g`, for group scenarios.
+    pub fn group_of(&self, g: u64) -> Option<u64> {
+        match (self.group_size, self.groups) {
+            (Some(size), _) => Some(g / size.max(1)),
+            (None, Some(groups)) => Some(g % groups.max(1)),
+            (None, None) => None,
+        }
+    }
+
+    /// Connections in group `group`, given which connections failed.
+    pub fn group_members(&self, group: u64, failed: &[u64]) -> u64 {
+        let planned: Vec<u64> = match (self.group_size, self.groups) {
+            (Some(size), _) => {
+                let size = size.max(1);
+                (group * size..((group + 1) * size).min(self.connections)).collect()
+            }
+            (None, Some(groups)) => (group..self.connections)
+                .step_by(groups.max(1) as usize)
+                .collect(),
+            (None, None) => Vec::new(),
+        };
+        planned.iter().filter(|g| !failed.contains(g)).count() as u64
+    }
+
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs_f64(self.interval_ms.max(0.001) / 1000.0)
+    }
+
+    /// Length of sending, steps included (warm-up not).
+    pub fn send_seconds(&self) -> f64 {
+        self.step_seconds * f64::from(self.steps.max(1))
+    }
+
+    /// The user id of connection `g`.
+    pub fn user_of(g: u64) -> String {
+        format!("user{g}")
+    }
+}
+
+/// Flags of a scenario run (`switchyard-bench SCENARIO …`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// `Endpoint=…;AccessKey=…;Version=1.0;` of the service under test.
+    #[arg(long, env = "Azure__SignalR__ConnectionString")]
+    pub connection_string: Option<String>,
+    /// Start this `switchyard` binary (`serve --listen 127.0.0.1:0`) and test it, instead of
+    /// naming a running service.
+    #[arg(long, conflicts_with = "connection_string")]
+    pub service_bin: Option<PathBuf>,
+    /// PID of the service, for its CPU time and memory (found from the endpoint's port
+    /// when it listens on this machine).
+    #[arg(long)]
+    pub service_pid: Option<u32>,
+    /// For Default-mode scenarios: an app server already running (`{url}/{hub}/negotiate`);
+    /// by default the tool starts `switchyard-bench app-server` itself.
+    #[arg(long)]
+    pub app_url: Option<String>,
+    /// PID of the app server given by --app-url, for its CPU time and memory.
+    #[arg(long)]
+    pub app_pid: Option<u32>,
+    /// Server connections of the started app server.
+    #[arg(long, default_value_t = 5)]
+    pub server_connections: usize,
+    /// Test a plain SignalR server (e.g. the Go peer) at this base URL instead of the
+    /// service: clients negotiate at `{url}/{hub}`, REST goes to `{url}/api/hubs/…`.
+    #[arg(long, conflicts_with_all = ["connection_string", "service_bin"])]
+    pub peer_url: Option<String>,
+    /// Start this peer binary (`--listen 127.0.0.1:0`; it prints `Peer listening on URL`).
+    #[arg(long, conflicts_with_all = ["connection_string", "service_bin", "peer_url"])]
+    pub peer_bin: Option<PathBuf>,
+    /// Name of the target in reports.
+    #[arg(long)]
+    pub target_name: Option<String>,
+    /// PID of the peer given by --peer-url.
+    #[arg(long)]
+    pub peer_pid: Option<u32>,
+    #[arg(long, default_value = "bench")]
+    pub hub: String,
+    /// Client connections.
+    #[arg(long, short = 'c', default_value_t = 1000)]
+    pub connections: u64,
+    /// Sending connections (REST callers) — the last step's count when stepping up.
+    /// Default: all connections (echo, groups, connection, join/leave), 10 for broadcasts.
+    #[arg(long, short = 's')]
+    pub senders: Option<u64>,
+    /// Steps: senders rise in equal shares up to --senders; stops after the first step that
+    /// fails Azure's rule (> 1 % of messages ≥ 1 s, or > 1 % of connections failed).
+    #[arg(long, default_value_t = 1)]
+    pub steps: u32,
+    /// Length of each step (or of the whole run with one step), e.g. `30s`.
+    #[arg(long, short = 'd', default_value = "30s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Sending before measuring starts (not counted).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// How long to wait for late messages after the last send.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub drain: Duration,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 2048)]
+    pub message_size: usize,
+    /// Time between two sends of one sender, e.g. `1s`, `100ms`.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub send_interval: Duration,
+    /// websockets | serversentevents | longpolling.
+    #[arg(long, short = 't', default_value = "websockets")]
+    pub transport: String,
+    /// json | messagepack.
+    #[arg(long, short = 'p', default_value = "json")]
+    pub protocol: String,
+    /// send-to-group: members per group (Azure's small groups: 10).
+    #[arg(long, conflicts_with = "groups")]
+    pub group_size: Option<u64>,
+    /// send-to-group / join-leave-group: number of groups (Azure's big groups: 10).
+    #[arg(long)]
+    pub groups: Option<u64>,
+    /// Connections opened per second (the measured rate for connect-rate).
+    #[arg(long, default_value_t = 2000.0)]
+    pub connect_rate: f64,
+    /// Connection attempts in flight at once, per worker.
+    #[arg(long, default_value_t = 512)]
+    pub max_connecting: usize,
+    /// Loopback source addresses, used in turn (e.g. `127.0.0.1,127.0.0.2`), to pass the
+    /// ~28k ephemeral ports of one address.
+    #[arg(long, value_delimiter = ',')]
+    pub source_addresses: Vec<IpAddr>,
+    /// Load-generator processes (a process may hold at most ~19,000 connections here).
+    #[arg(long, short = 'w', default_value_t = 1)]
+    pub workers: u32,
+    /// Write the run's report (JSON) here.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Write Azure-bench-compatible JSON-lines counters (one line per second) here.
+    #[arg(long)]
+    pub counters: Option<PathBuf>,
+    /// Write a chart (SVG) of throughput and latency here.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}

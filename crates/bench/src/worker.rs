@@ -1,0 +1,834 @@
+//! One load-generator process: opens its share of the connections, then sends and receives
+//! on the plan's timetable, counting everything in [`Stats`], and reports [`Event`]s to
+//! the coordinator, which answers with [`Command`]s. With `--workers N` each worker is a
+//! child process speaking JSON lines (stdin: plan, then commands; stdout: events).
+//!
+//! Time: every process on the machine shares the wall clock, so timetables and the `ts`
+//! in messages are milliseconds since the UNIX epoch; latency = arrival − intended send.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use switchyard_client::connection::{self, ConnectOptions, Connection, Transport};
+use switchyard_hub_protocol::Format;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::time::{sleep_until, timeout, Instant};
+
+use crate::scenario::{Endpoint, Plan, Scenario};
+use crate::stats::{
+    live_latency, Arrival, Bucket, BucketExport, Live, LiveCounters, SeqTracker, Stats,
+};
+use crate::wire::{self, Received};
+
+/// From a worker to the coordinator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The connect phase is over.
+    Connected {
+        connected: u64,
+        /// Global indices of connections that failed.
+        failed: Vec<u64>,
+        /// Connect latencies (from each attempt's intended time).
+        connect: BucketExport,
+        /// Seconds from the first attempt to the last success.
+        seconds: f64,
+    },
+    /// Cumulative counters, once a second.
+    Live { live: Live },
+    /// A step's counts, shortly after it ended.
+    Step { step: BucketExport },
+    /// Everything, after the drain.
+    Final {
+        steps: Vec<BucketExport>,
+        seconds: Vec<BucketExport>,
+        errors: Vec<(String, u64)>,
+    },
+    /// The worker could not run.
+    Failed { error: String },
+}
+
+/// From the coordinator to a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    /// Start sending: warm-up begins at `start_ms`.
+    Start {
+        start_ms: f64,
+        connected: u64,
+        failed: Vec<u64>,
+    },
+    /// Send nothing intended at or after `at_ms` (a step failed).
+    Stop { at_ms: f64 },
+}
+
+/// Milliseconds since the UNIX epoch.
+pub fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// The monotonic instant of wall-clock `ms`.
+pub fn instant_at(ms: f64) -> Instant {
+    let (now, wall) = (Instant::now(), now_ms());
+    let delta = Duration::from_secs_f64(((ms - wall).abs()) / 1000.0);
+    if ms >= wall {
+        now + delta
+    } else {
+        now.checked_sub(delta).unwrap_or(now)
+    }
+}
+
+/// Wall-clock milliseconds of the timetable.
+#[derive(Debug, Clone)]
+struct Schedule {
+    /// Warm-up starts.
+    start_ms: f64,
+    /// Step 1 starts.
+    measure_ms: f64,
+    step_ms: f64,
+    steps: u32,
+    /// Sending ends.
+    end_ms: f64,
+}
+
+impl Schedule {
+    fn new(plan: &Plan, start_ms: f64) -> Schedule {
+        let measure_ms = start_ms + plan.warmup_seconds * 1000.0;
+        let step_ms = plan.step_seconds * 1000.0;
+        Schedule {
+            start_ms,
+            measure_ms,
+            step_ms,
+            steps: plan.steps.max(1),
+            end_ms: measure_ms + step_ms * f64::from(plan.steps.max(1)),
+        }
+    }
+
+    /// 0 during the warm-up.
+    fn step_of(&self, ms: f64) -> u32 {
+        if ms < self.measure_ms {
+            return 0;
+        }
+        (((ms - self.measure_ms) / self.step_ms) as u32 + 1).min(self.steps)
+    }
+
+    fn second_of(&self, ms: f64) -> Option<u64> {
+        (ms >= self.measure_ms).then(|| ((ms - self.measure_ms) / 1000.0) as u64)
+    }
+
+    fn step_end(&self, step: u32) -> f64 {
+        self.measure_ms + self.step_ms * f64::from(step)
+    }
+
+    /// When sender `g` (of `senders`) first sends: from the warm-up if it sends in step 1,
+    /// else from its step; spread evenly over one interval.
+    fn first_due(&self, plan: &Plan, g: u64) -> Option<f64> {
+        let step = plan.first_step_of(g)?;
+        let begin = if step == 1 {
+            self.start_ms
+        } else {
+            self.step_end(step - 1)
+        };
+        Some(begin + plan.interval_ms * g as f64 / plan.senders.max(1) as f64)
+    }
+}
+
+/// What every task of a running worker shares.
+struct Shared {
+    plan: Plan,
+    format: Format,
+    schedule: Schedule,
+    stats: Mutex<Stats>,
+    live: Arc<LiveCounters>,
+    padding: String,
+    connected: u64,
+    failed: Vec<u64>,
+    /// Sending stops for intended times at or after this.
+    stop_ms: watch::Receiver<f64>,
+    /// Set when every task must end.
+    finish: watch::Receiver<bool>,
+}
+
+impl Shared {
+    fn stopped(&self, due_ms: f64) -> bool {
+        due_ms >= self.schedule.end_ms || due_ms >= *self.stop_ms.borrow()
+    }
+
+    fn padding_payload(&self, sender: u32, seq: u64, step: u32) -> String {
+        wire::payload(&self.padding, sender, seq, step)
+    }
+
+    /// Recipients of one message from sender `g`.
+    fn fanout(&self, g: u64) -> u64 {
+        match self.plan.scenario {
+            Scenario::Broadcast | Scenario::RestBroadcast => self.connected,
+            Scenario::SendToGroup => self
+                .plan
+                .group_of(g)
+                .map_or(0, |group| self.plan.group_members(group, &self.failed)),
+            Scenario::RestSendToUser => {
+                let target = g % self.plan.connections.max(1);
+                u64::from(!self.failed.contains(&target))
+            }
+            _ => 1,
+        }
+    }
+
+    fn measure(&self, payload: &str, ts_ms: f64, bytes: usize, seq: &mut SeqTracker) {
+        let Some(tag) = wire::parse_tag(payload) else {
+            self.stats.lock().error("Measure with an unknown payload");
+            return;
+        };
+        let latency_us = ((now_ms() - ts_ms) * 1000.0).max(1.0) as u64;
+        let arrival = seq.observe(tag.sender, tag.seq);
+        if arrival != Arrival::Duplicate {
+            self.live.received.fetch_add(1, Relaxed);
+            self.live.received_bytes.fetch_add(bytes as u64, Relaxed);
+            if tag.step > 0 {
+                live_latency(&self.live, latency_us);
+            }
+        }
+        self.stats.lock().received(
+            tag.step,
+            self.schedule.second_of(ts_ms),
+            arrival,
+            latency_us,
+            bytes,
+        );
+    }
+
+    fn sent(&self, due_ms: f64, expected: u64, bytes: usize) {
+        self.live.sent.fetch_add(1, Relaxed);
+        self.live.sent_bytes.fetch_add(bytes as u64, Relaxed);
+        self.stats.lock().sent(
+            self.schedule.step_of(due_ms),
+            self.schedule.second_of(due_ms),
+            expected,
+            bytes,
+        );
+    }
+
+    fn dropped(&self, error: String) {
+        self.live.dropped.fetch_add(1, Relaxed);
+        let mut stats = self.stats.lock();
+        stats.dropped(self.schedule.step_of(now_ms()));
+        stats.error(error);
+    }
+}
+
+/// Runs one worker until its Final event is sent.
+pub async fn run(
+    plan: Plan,
+    events: mpsc::UnboundedSender<Event>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let format = match parse_format(&plan.protocol) {
+        Ok(format) => format,
+        Err(error) => {
+            let _ = events.send(Event::Failed { error });
+            return;
+        }
+    };
+    let transport = match Transport::from_str(&plan.transport) {
+        Ok(transport) => transport,
+        Err(_) => {
+            let _ = events.send(Event::Failed {
+                error: format!(
+                    "unknown transport '{}' (websockets, serversentevents, longpolling)",
+                    plan.transport
+                ),
+            });
+            return;
+        }
+    };
+    let live = Arc::new(LiveCounters::default());
+    let ticker = tokio::spawn({
+        let (live, events) = (live.clone(), events.clone());
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if events
+                    .send(Event::Live {
+                        live: live.snapshot(),
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+
+    // 1. Connect this worker's share.
+    let mut errors = Stats::new(0);
+    let (connections, failed, connect, connect_seconds) =
+        connect_all(&plan, format, transport, &live, &mut errors).await;
+    let _ = events.send(Event::Connected {
+        connected: connections.len() as u64,
+        failed,
+        connect: connect.export(1),
+        seconds: connect_seconds,
+    });
+
+    // 2. Wait for the common start.
+    let (start_ms, connected, failed) = loop {
+        match commands.recv().await {
+            Some(Command::Start {
+                start_ms,
+                connected,
+                failed,
+            }) => break (start_ms, connected, failed),
+            Some(Command::Stop { .. }) => continue,
+            None => {
+                ticker.abort();
+                return;
+            }
+        }
+    };
+    let schedule = Schedule::new(&plan, start_ms);
+    let (stop_tx, stop_rx) = watch::channel(f64::INFINITY);
+    let (finish_tx, finish_rx) = watch::channel(false);
+    let mut stats = Stats::new(plan.steps.max(1));
+    stats.errors = std::mem::take(&mut errors.errors);
+    let shared = Arc::new(Shared {
+        padding: "x".repeat(plan.message_size),
+        plan,
+        format,
+        schedule,
+        stats: Mutex::new(stats),
+        live,
+        connected,
+        failed,
+        stop_ms: stop_rx,
+        finish: finish_rx,
+    });
+
+    // 3. Every connection (and REST caller) runs its own timetable.
+    let mut tasks = Vec::new();
+    let ids: Vec<String> = connections
+        .iter()
+        .map(|(_, c)| c.connection_id().to_owned())
+        .collect();
+    let count = connections.len();
+    for (i, (g, conn)) in connections.into_iter().enumerate() {
+        let target = ids.get((i + 1) % count.max(1)).cloned().unwrap_or_default();
+        tasks.push(tokio::spawn(connection_task(
+            shared.clone(),
+            g,
+            conn,
+            target,
+        )));
+    }
+    if shared.plan.scenario.is_rest() {
+        let http = clients_by_address(&shared.plan.source_addresses);
+        let permits = Arc::new(Semaphore::new(2048));
+        for c in (0..shared.plan.senders).filter(|&c| shared.plan.owns(c)) {
+            let http = http[(c as usize) % http.len()].clone();
+            tasks.push(tokio::spawn(rest_caller(
+                shared.clone(),
+                c,
+                http,
+                permits.clone(),
+            )));
+        }
+    }
+
+    // 4. Report each step shortly after it ends; honour Stop; then drain and finish.
+    let grace_ms = (shared.plan.drain_seconds * 1000.0).min(2000.0);
+    let mut next_step = 1;
+    let mut stop_ms = f64::INFINITY;
+    loop {
+        let end = shared.schedule.end_ms.min(stop_ms);
+        let report_at = if next_step <= shared.schedule.steps {
+            shared.schedule.step_end(next_step) + grace_ms
+        } else {
+            f64::INFINITY
+        };
+        let finish_at = end + shared.plan.drain_seconds * 1000.0;
+        let wake = report_at.min(finish_at);
+        tokio::select! {
+            _ = sleep_until(instant_at(wake)) => {
+                if wake >= finish_at {
+                    break;
+                }
+                let step = shared.stats.lock().steps[next_step as usize].export(u64::from(next_step));
+                let _ = events.send(Event::Step { step });
+                next_step += 1;
+            }
+            command = commands.recv() => match command {
+                Some(Command::Stop { at_ms }) => {
+                    stop_ms = stop_ms.min(at_ms);
+                    let _ = stop_tx.send(stop_ms);
+                }
+                Some(Command::Start { .. }) => {}
+                // The coordinator is gone: stop at once.
+                None => break,
+            },
+        }
+    }
+    let _ = finish_tx.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    ticker.abort();
+    let stats = shared.stats.lock();
+    let _ = events.send(Event::Live {
+        live: shared.live.snapshot(),
+    });
+    let _ = events.send(Event::Final {
+        steps: stats
+            .steps
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, b)| b.export(i as u64))
+            .collect(),
+        seconds: stats
+            .seconds
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b.export(i as u64))
+            .collect(),
+        errors: stats.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+    });
+}
+
+pub fn parse_format(protocol: &str) -> Result<Format, String> {
+    match protocol.to_ascii_lowercase().as_str() {
+        "json" => Ok(Format::Json),
+        "messagepack" | "msgpack" => Ok(Format::MessagePack),
+        other => Err(format!("unknown protocol '{other}' (json or messagepack)")),
+    }
+}
+
+/// One reqwest client per source address (or one for the default).
+fn clients_by_address(addresses: &[IpAddr]) -> Vec<reqwest::Client> {
+    if addresses.is_empty() {
+        vec![connection::http_client(None)]
+    } else {
+        addresses
+            .iter()
+            .map(|a| connection::http_client(Some(*a)))
+            .collect()
+    }
+}
+
+type Connected = (Vec<(u64, Connection)>, Vec<u64>, Bucket, f64);
+
+/// Opens this worker's connections on the timetable `first + g / rate`, at most
+/// `max_connecting` at once; joins each to its group for send-to-group.
+async fn connect_all(
+    plan: &Plan,
+    format: Format,
+    transport: Transport,
+    live: &Arc<LiveCounters>,
+    errors: &mut Stats,
+) -> Connected {
+    let http = clients_by_address(&plan.source_addresses);
+    let permits = Arc::new(Semaphore::new(plan.max_connecting.max(1)));
+    let first = now_ms() + 50.0;
+    let rate = plan.connect_rate.max(0.001);
+    let latency = Arc::new(Mutex::new(Bucket::empty_step()));
+    let last_success = Arc::new(Mutex::new(first));
+    let mut attempts = Vec::new();
+    for g in (0..plan.connections).filter(|&g| plan.owns(g)) {
+        let due = first + g as f64 * 1000.0 / rate;
+        sleep_until(instant_at(due)).await;
+        let permit = permits.clone().acquire_owned().await.expect("never closed");
+        let options = ConnectOptions {
+            transport,
+            format,
+            access_token: None,
+            local_address: (!plan.source_addresses.is_empty())
+                .then(|| plan.source_addresses[(g as usize) % plan.source_addresses.len()]),
+            http: Some(http[(g as usize) % http.len()].clone()),
+            max_message_size: 16 * 1024 * 1024,
+        };
+        let (plan, live, latency, last_success) = (
+            plan.clone(),
+            live.clone(),
+            latency.clone(),
+            last_success.clone(),
+        );
+        attempts.push(tokio::spawn(async move {
+            let result = timeout(Duration::from_secs(60), connect_one(&plan, g, options))
+                .await
+                .unwrap_or_else(|_| Err("connect: timed out after 60 s".to_owned()));
+            drop(permit);
+            let done = now_ms();
+            let mut bucket = latency.lock();
+            bucket.sent += 1;
+            bucket.expected += 1;
+            match result {
+                Ok(conn) => {
+                    live.connected.fetch_add(1, Relaxed);
+                    bucket.received += 1;
+                    let _ = bucket
+                        .latency
+                        .record((((done - due) * 1000.0) as u64).max(1));
+                    let mut last = last_success.lock();
+                    *last = last.max(done);
+                    Ok((g, conn))
+                }
+                Err(e) => {
+                    live.connect_failed.fetch_add(1, Relaxed);
+                    Err((g, e))
+                }
+            }
+        }));
+    }
+    let mut connections = Vec::new();
+    let mut failed = Vec::new();
+    for attempt in attempts {
+        match attempt.await {
+            Ok(Ok(pair)) => connections.push(pair),
+            Ok(Err((g, e))) => {
+                errors.error(e);
+                failed.push(g);
+            }
+            Err(e) => errors.error(format!("connect task: {e}")),
+        }
+    }
+    let bucket = std::mem::replace(&mut *latency.lock(), Bucket::empty_step());
+    let seconds = (*last_success.lock() - first) / 1000.0;
+    (connections, failed, bucket, seconds.max(0.0))
+}
+
+/// Negotiate (following redirects), connect, handshake; then join the group if any.
+async fn connect_one(
+    plan: &Plan,
+    g: u64,
+    mut options: ConnectOptions,
+) -> Result<Connection, String> {
+    let user = Plan::user_of(g);
+    let url = match &plan.endpoint {
+        Endpoint::Service { base, access_key } => {
+            let base_url = url::Url::parse(base).map_err(|e| format!("endpoint: {e}"))?;
+            let audience = switchyard_auth::client_audience(&base_url, &plan.hub);
+            options.access_token = Some(switchyard_auth::issue_token(
+                access_key,
+                &audience,
+                &[("nameid".to_owned(), user)],
+                Duration::from_secs(24 * 3600),
+                now_ms() as i64 / 1000,
+            ));
+            format!("{base}client/?hub={}", plan.hub)
+        }
+        Endpoint::Hub { url } => format!("{}/{}?user={user}", url.trim_end_matches('/'), plan.hub),
+    };
+    let mut conn = connection::connect(&url, &options)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    if plan.scenario == Scenario::SendToGroup {
+        if let Some(group) = plan.group_of(g) {
+            let frame = wire::invocation(
+                conn.format(),
+                "JoinGroup",
+                Some("join".to_owned()),
+                vec![json!(group_name(group))],
+            );
+            conn.send_raw(frame)
+                .await
+                .map_err(|e| format!("join group: {e}"))?;
+            loop {
+                let body = conn
+                    .next_frame()
+                    .await
+                    .map_err(|e| format!("join group: {e}"))?;
+                match wire::decode(conn.format(), &body)? {
+                    Received::Completion { error: None, .. } => break,
+                    Received::Completion { error: Some(e), .. } => {
+                        return Err(format!("join group: {e}"))
+                    }
+                    Received::Close { error } => {
+                        return Err(format!("join group: closed: {error:?}"))
+                    }
+                    _ => continue,
+                }
+            }
+        }
+    }
+    Ok(conn)
+}
+
+pub fn group_name(group: u64) -> String {
+    format!("group{group}")
+}
+
+/// One connection: sends on its timetable (if it is a sender) and counts what arrives,
+/// until the worker finishes.
+async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, target: String) {
+    let plan = &shared.plan;
+    let sends = plan.scenario.sends() && !plan.scenario.is_rest();
+    let mut due_ms = if sends {
+        shared.schedule.first_due(plan, g)
+    } else {
+        None
+    };
+    let interval_ms = plan.interval_ms;
+    let mut seq = 0u64;
+    let mut tracker = SeqTracker::default();
+    let mut finish = shared.finish.clone();
+    let mut stop = shared.stop_ms.clone();
+    let fanout = shared.fanout(g);
+    let group = plan
+        .group_of(g)
+        .or_else(|| (plan.scenario == Scenario::JoinLeaveGroup).then_some(g % 10))
+        .map(group_name)
+        .unwrap_or_default();
+    // join-leave-group: invocation id → intended send time.
+    let mut pending: HashMap<u64, f64> = HashMap::new();
+    loop {
+        if let Some(due) = due_ms {
+            if shared.stopped(due) {
+                due_ms = None;
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = finish.changed() => break,
+            _ = stop.changed() => {}
+            _ = sleep_until(instant_at(due_ms.unwrap_or(0.0))), if due_ms.is_some() => {
+                let due = due_ms.unwrap_or_default();
+                let step = shared.schedule.step_of(due);
+                let ts = json!(due);
+                let frame = match plan.scenario {
+                    Scenario::JoinLeaveGroup => {
+                        pending.insert(seq, due);
+                        let method = if seq.is_multiple_of(2) { "JoinGroup" } else { "LeaveGroup" };
+                        wire::invocation(shared.format, method, Some(seq.to_string()), vec![json!(group)])
+                    }
+                    scenario => {
+                        let payload = Value::String(shared.padding_payload(g as u32, seq, step));
+                        let (method, arguments) = match scenario {
+                            Scenario::Echo => ("Echo", vec![ts, payload]),
+                            Scenario::Broadcast => ("Broadcast", vec![ts, payload]),
+                            Scenario::SendToGroup => ("SendToGroup", vec![json!(group), ts, payload]),
+                            _ => ("SendToConnection", vec![json!(target), ts, payload]),
+                        };
+                        wire::invocation(shared.format, method, None, arguments)
+                    }
+                };
+                let bytes = frame.len();
+                if let Err(e) = conn.send_raw(frame).await {
+                    shared.dropped(format!("send: {e}"));
+                    return;
+                }
+                shared.sent(due, fanout, bytes);
+                seq += 1;
+                due_ms = Some(due + interval_ms);
+            }
+            frame = conn.next_frame() => {
+                let body = match frame {
+                    Ok(body) => body,
+                    Err(e) => {
+                        shared.dropped(format!("receive: {e}"));
+                        return;
+                    }
+                };
+                match wire::decode(shared.format, &body) {
+                    Ok(Received::Measure { ts_ms, payload }) => {
+                        shared.measure(&payload, ts_ms, body.len(), &mut tracker);
+                    }
+                    Ok(Received::Ping) => {}
+                    Ok(Received::Completion { invocation_id, error }) => {
+                        let Some(due) = invocation_id.parse().ok().and_then(|id| pending.remove(&id)) else {
+                            shared.stats.lock().error("completion for an unknown invocation");
+                            continue;
+                        };
+                        if let Some(error) = error {
+                            shared.stats.lock().error(format!("completion: {error}"));
+                            continue;
+                        }
+                        let latency_us = ((now_ms() - due) * 1000.0).max(1.0) as u64;
+                        let step = shared.schedule.step_of(due);
+                        shared.live.received.fetch_add(1, Relaxed);
+                        if step > 0 {
+                            live_latency(&shared.live, latency_us);
+                        }
+                        shared.stats.lock().received(step, shared.schedule.second_of(due), Arrival::New, latency_us, body.len());
+                    }
+                    Ok(Received::Close { error }) => {
+                        shared.dropped(format!("closed by the server: {}", error.unwrap_or_default()));
+                        return;
+                    }
+                    Ok(Received::Other(what)) => shared.stats.lock().error(format!("unexpected: {what}")),
+                    Err(e) => shared.stats.lock().error(format!("undecodable: {e}")),
+                }
+            }
+        }
+    }
+    // Close politely so the service does not count an abort.
+    conn.close().await;
+}
+
+/// One REST caller: `POST` on its timetable without waiting for earlier calls (open loop;
+/// at most 2,048 in flight per worker).
+async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits: Arc<Semaphore>) {
+    let plan = &shared.plan;
+    let Some(rest) = plan.rest.clone() else {
+        return;
+    };
+    // The 2022-06-01 data-plane API (Azure's current REST surface).
+    let path = match plan.scenario {
+        Scenario::RestSendToUser => format!(
+            "api/hubs/{}/users/{}/:send?api-version=2022-06-01",
+            plan.hub,
+            Plan::user_of(c % plan.connections.max(1))
+        ),
+        _ => format!("api/hubs/{}/:send?api-version=2022-06-01", plan.hub),
+    };
+    let url = format!("{}{path}", rest.base);
+    let token = rest.access_key.as_ref().map(|key| {
+        switchyard_auth::issue_token(
+            key,
+            &url,
+            &[],
+            Duration::from_secs(24 * 3600),
+            now_ms() as i64 / 1000,
+        )
+    });
+    let fanout = shared.fanout(c);
+    let mut due_ms = shared.schedule.first_due(plan, c);
+    let mut seq = 0u64;
+    let mut finish = shared.finish.clone();
+    while let Some(due) = due_ms {
+        if shared.stopped(due) {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = finish.changed() => break,
+            _ = sleep_until(instant_at(due)) => {}
+        }
+        let step = shared.schedule.step_of(due);
+        let body = serde_json::to_vec(&json!({
+            "target": wire::MEASURE,
+            "arguments": [due, shared.padding_payload(c as u32, seq, step)],
+        }))
+        .unwrap_or_default();
+        shared.sent(due, fanout, body.len());
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let mut request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(token) = &token {
+            request = request.bearer_auth(token);
+        }
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let result = request.send().await;
+            drop(permit);
+            match result {
+                Ok(response) if response.status().is_success() => {}
+                Ok(response) => shared
+                    .stats
+                    .lock()
+                    .error(format!("REST: status {}", response.status())),
+                Err(e) => shared.stats.lock().error(format!("REST: {e}")),
+            }
+        });
+        seq += 1;
+        due_ms = Some(due + plan.interval_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Endpoint, Plan};
+
+    fn plan(senders: u64, steps: u32) -> Plan {
+        Plan {
+            scenario: Scenario::Echo,
+            hub: "bench".into(),
+            endpoint: Endpoint::Hub {
+                url: "http://127.0.0.1:1".into(),
+            },
+            rest: None,
+            transport: "websockets".into(),
+            protocol: "json".into(),
+            connections: 100,
+            senders,
+            steps,
+            step_seconds: 10.0,
+            warmup_seconds: 2.0,
+            drain_seconds: 5.0,
+            message_size: 2048,
+            interval_ms: 1000.0,
+            group_size: Some(10),
+            groups: None,
+            connect_rate: 1000.0,
+            max_connecting: 10,
+            source_addresses: Vec::new(),
+            workers: 2,
+            worker: 1,
+        }
+    }
+
+    #[test]
+    fn timetable() {
+        let p = plan(100, 4);
+        assert_eq!(
+            (1..=4).map(|s| p.senders_at(s)).collect::<Vec<_>>(),
+            vec![25, 50, 75, 100]
+        );
+        let s = Schedule::new(&p, 1000.0);
+        assert_eq!(s.measure_ms, 3000.0);
+        assert_eq!(s.end_ms, 43_000.0);
+        assert_eq!(s.step_of(2999.0), 0);
+        assert_eq!(s.step_of(3000.0), 1);
+        assert_eq!(s.step_of(12_999.0), 1);
+        assert_eq!(s.step_of(13_000.0), 2);
+        assert_eq!(s.step_of(99_000.0), 4);
+        assert_eq!(s.second_of(4500.0), Some(1));
+        // Sender 0 starts in the warm-up; sender 30 with step 2; phases spread.
+        assert_eq!(s.first_due(&p, 0), Some(1000.0));
+        assert_eq!(s.first_due(&p, 30), Some(13_000.0 + 300.0));
+        assert_eq!(s.first_due(&p, 100), None);
+        assert!(p.owns(1) && !p.owns(2));
+    }
+
+    #[test]
+    fn groups() {
+        let mut p = plan(100, 1);
+        assert_eq!(p.group_of(25), Some(2));
+        assert_eq!(p.group_members(2, &[]), 10);
+        assert_eq!(p.group_members(2, &[21, 55]), 9);
+        assert_eq!(p.group_members(9, &[]), 10);
+        p.group_size = None;
+        p.groups = Some(7);
+        assert_eq!(p.group_of(25), Some(4));
+        // 4, 11, …, 95: 14 members.
+        assert_eq!(p.group_members(4, &[]), 14);
+    }
+
+    #[test]
+    fn events_round_trip_as_json_lines() {
+        let event = Event::Connected {
+            connected: 3,
+            failed: vec![7],
+            connect: Bucket::empty_step().export(1),
+            seconds: 0.5,
+        };
+        let line = serde_json::to_string(&event).unwrap();
+        assert!(line.starts_with(r#"{"event":"connected""#), "{line}");
+        let back: Event = serde_json::from_str(&line).unwrap();
+        assert!(matches!(back, Event::Connected { connected: 3, .. }));
+        let command: Command = serde_json::from_str(r#"{"command":"stop","at_ms":5.0}"#).unwrap();
+        assert!(matches!(command, Command::Stop { at_ms } if at_ms == 5.0));
+    }
+}

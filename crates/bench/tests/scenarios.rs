@@ -1,0 +1,469 @@
+//! A short smoke of every scenario through the real binary against a real service (and
+//! the Go peer): small counts, a second or two each. It checks the tool's correctness —
+//! every message counted, nothing lost, the report complete — never its speed.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use switchyard_auth::EMULATOR_ACCESS_KEY;
+use switchyard_capacity::report::Report;
+use switchyard_node::{Config, Node};
+
+/// A service node in this process on a free port; stops when dropped.
+struct Service {
+    connection_string: String,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn service() -> Service {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(switchyard_node::serve(
+        listener,
+        Node::new(Config::default()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    Service {
+        connection_string: format!(
+            "Endpoint=http://127.0.0.1;Port={port};AccessKey={EMULATOR_ACCESS_KEY};Version=1.0;"
+        ),
+        _stop: stop,
+    }
+}
+
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    report: Option<Report>,
+    dir: PathBuf,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `switchyard-bench ARGS --summary-json … --quiet` (bounded to 90 s).
+async fn bench(name: &str, args: &[&str]) -> Outcome {
+    let dir = scratch(name);
+    let summary = dir.join("summary.json");
+    let output = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"))
+            .args(args)
+            .arg("--summary-json")
+            .arg(&summary)
+            .arg("--quiet")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name}: the run did not end within 90 s"))
+    .unwrap();
+    let report = std::fs::read_to_string(&summary)
+        .ok()
+        .map(|text| serde_json::from_str(&text).expect("the summary parses as a Report"));
+    Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        report,
+        dir,
+    }
+}
+
+/// Short timings shared by every smoke run.
+const QUICK: [&str; 6] = [
+    "--duration",
+    "2s",
+    "--send-interval",
+    "200ms",
+    "--drain",
+    "2s",
+];
+
+fn args<'a>(scenario: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec![scenario];
+    all.extend_from_slice(&QUICK);
+    all.extend_from_slice(extra);
+    all
+}
+
+/// Every message arrived exactly once, in order, and the report says so.
+fn assert_complete(name: &str, outcome: &Outcome) -> Report {
+    let report = outcome.report.clone().unwrap_or_else(|| {
+        panic!(
+            "{name}: no report (exit {})\nstdout:\n{}\nstderr:\n{}",
+            outcome.code, outcome.stdout, outcome.stderr
+        )
+    });
+    let context = format!(
+        "{name}: {:?}\nstdout:\n{}\nstderr:\n{}",
+        report.counts, outcome.stdout, outcome.stderr
+    );
+    assert!(report.counts.sent > 0, "{context}");
+    assert_eq!(report.counts.received, report.counts.expected, "{context}");
+    assert_eq!(report.counts.lost, 0, "{context}");
+    assert_eq!(report.counts.duplicated, 0, "{context}");
+    assert_eq!(report.counts.reordered, 0, "{context}");
+    assert_eq!(report.counts.connections_failed, 0, "{context}");
+    assert!(report.passed, "{context}");
+    assert_eq!(outcome.code, 0, "{context}");
+    assert_eq!(
+        report.last_passing_step,
+        Some(report.steps.len()),
+        "{context}"
+    );
+    let total: u64 = report.steps.iter().map(|s| s.counts.received).sum();
+    assert_eq!(total, report.counts.received, "{context}");
+    assert!(report.latency.p99_ms > 0.0, "{context}");
+    // The printed table names the scenario.
+    assert!(outcome.stdout.contains(&report.scenario), "{context}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_counts_every_message() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let outcome = bench(
+        "echo",
+        &args(
+            "echo",
+            &[
+                "--connection-string",
+                cs,
+                "-c",
+                "20",
+                "--server-connections",
+                "2",
+            ],
+        ),
+    )
+    .await;
+    let report = assert_complete("echo", &outcome);
+    assert_eq!(report.mode, "default");
+    // 20 senders × every 200 ms × 2 s.
+    assert_eq!(report.counts.sent, 200, "{:?}", report.counts);
+    assert_eq!(report.counts.expected, report.counts.sent);
+    assert!(report.service.is_some() && report.app_server.is_some());
+    assert!(report.steps[0].service_cpu_us_per_delivery.is_some());
+    assert!(!report.timeline.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_reaches_every_connection() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let outcome = bench(
+        "broadcast",
+        &args(
+            "broadcast",
+            &["--connection-string", cs, "-c", "15", "-s", "3"],
+        ),
+    )
+    .await;
+    let report = assert_complete("broadcast", &outcome);
+    assert_eq!(report.counts.expected, report.counts.sent * 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_to_small_and_big_groups() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let small = bench(
+        "small-groups",
+        &args(
+            "send-to-group",
+            &["--connection-string", cs, "-c", "20", "--group-size", "5"],
+        ),
+    )
+    .await;
+    let report = assert_complete("small groups", &small);
+    assert_eq!(report.counts.expected, report.counts.sent * 5);
+    assert_eq!(report.group_size, Some(5));
+    let big = bench(
+        "big-groups",
+        &args(
+            "send-to-group",
+            &[
+                "--connection-string",
+                cs,
+                "-c",
+                "12",
+                "--groups",
+                "2",
+                "-s",
+                "4",
+            ],
+        ),
+    )
+    .await;
+    let report = assert_complete("big groups", &big);
+    assert_eq!(report.counts.expected, report.counts.sent * 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_to_connection() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let outcome = bench(
+        "send-to-connection",
+        &args(
+            "send-to-connection",
+            &["--connection-string", cs, "-c", "10"],
+        ),
+    )
+    .await;
+    let report = assert_complete("send-to-connection", &outcome);
+    assert_eq!(report.counts.expected, report.counts.sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_broadcast_and_send_to_user() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let broadcast = bench(
+        "rest-broadcast",
+        &args(
+            "rest-broadcast",
+            &["--connection-string", cs, "-c", "10", "-s", "2"],
+        ),
+    )
+    .await;
+    let report = assert_complete("rest-broadcast", &broadcast);
+    assert_eq!(report.mode, "serverless");
+    assert_eq!(report.counts.expected, report.counts.sent * 10);
+    let user = bench(
+        "rest-send-to-user",
+        &args(
+            "rest-send-to-user",
+            &["--connection-string", cs, "-c", "10"],
+        ),
+    )
+    .await;
+    let report = assert_complete("rest-send-to-user", &user);
+    assert_eq!(report.counts.expected, report.counts.sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_leave_group_acks_every_operation() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let outcome = bench(
+        "join-leave",
+        &args("join-leave-group", &["--connection-string", cs, "-c", "10"]),
+    )
+    .await;
+    let report = assert_complete("join-leave-group", &outcome);
+    assert_eq!(report.counts.expected, report.counts.sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_rate_and_idle() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let outcome = bench(
+        "connect-rate",
+        &[
+            "connect-rate",
+            "--connection-string",
+            cs,
+            "-c",
+            "100",
+            "--connect-rate",
+            "200",
+            "--duration",
+            "1s",
+            "--drain",
+            "0s",
+        ],
+    )
+    .await;
+    let report = assert_complete("connect-rate", &outcome);
+    assert_eq!(report.counts.sent, 100);
+    assert_eq!(report.counts.received, 100);
+    assert!(report.connects_per_s.unwrap() > 0.0);
+
+    let outcome = bench(
+        "idle",
+        &[
+            "idle",
+            "--connection-string",
+            cs,
+            "-c",
+            "50",
+            "--duration",
+            "1s",
+            "--drain",
+            "0s",
+        ],
+    )
+    .await;
+    let report = outcome.report.clone().expect("idle writes a report");
+    assert_eq!(outcome.code, 0, "{}", outcome.stderr);
+    assert_eq!(report.counts.connections_failed, 0);
+    assert!(
+        report.service_rss_per_connection_bytes.is_some(),
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_steps_msgpack_sources_counters_and_chart() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let name = "workers";
+    let dir = scratch("workers-out");
+    let counters = dir.join("counters.jsonl");
+    let chart = dir.join("chart.svg");
+    let outcome = bench(
+        name,
+        &[
+            "echo",
+            "--connection-string",
+            cs,
+            "-c",
+            "24",
+            "--steps",
+            "2",
+            "--duration",
+            "2s",
+            "--send-interval",
+            "200ms",
+            "--drain",
+            "2s",
+            "--workers",
+            "2",
+            "--protocol",
+            "messagepack",
+            "--source-addresses",
+            "127.0.0.1,127.0.0.2",
+            "--counters",
+            counters.to_str().unwrap(),
+            "--chart",
+            chart.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let report = assert_complete(name, &outcome);
+    assert_eq!(report.workers, 2);
+    assert_eq!(report.protocol, "messagepack");
+    assert_eq!(report.steps.len(), 2);
+    // Step-up: half the senders, then all of them.
+    assert_eq!(report.steps[0].senders, 12);
+    assert_eq!(report.steps[1].senders, 24);
+    assert!(report.steps[1].counts.sent > report.steps[0].counts.sent);
+    let lines = std::fs::read_to_string(&counters).unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(lines.lines().last().expect("counter lines")).unwrap();
+    assert!(lines.contains("message:received"), "{lines}");
+    assert!(last.to_string().contains("message:sent"), "{last}");
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("echo"),
+        "{svg:.200}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&outcome.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_sent_events_and_long_polling() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    for transport in ["serversentevents", "longpolling"] {
+        let outcome = bench(
+            transport,
+            &args(
+                "rest-broadcast",
+                &[
+                    "--connection-string",
+                    cs,
+                    "-c",
+                    "6",
+                    "-s",
+                    "2",
+                    "-t",
+                    transport,
+                ],
+            ),
+        )
+        .await;
+        let report = assert_complete(transport, &outcome);
+        assert_eq!(report.transport, transport);
+    }
+}
+
+#[tokio::test]
+async fn usage_errors_are_clear() {
+    let outcome = bench(
+        "usage",
+        &[
+            "send-to-group",
+            "--connection-string",
+            "Endpoint=http://127.0.0.1;Port=1;AccessKey=k;Version=1.0;",
+        ],
+    )
+    .await;
+    assert_eq!(outcome.code, 2);
+    assert!(
+        outcome.stderr.contains("--group-size"),
+        "{}",
+        outcome.stderr
+    );
+    let outcome = bench("no-target", &["echo"]).await;
+    assert_eq!(outcome.code, 2);
+    assert!(
+        outcome.stderr.contains("--connection-string"),
+        "{}",
+        outcome.stderr
+    );
+}
+
+/// Builds the Go peer (bench/peers/go-signalr) with the machine's `go`.
+fn build_peer() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = root.join("target/peers");
+    let status = std::process::Command::new("bash")
+        .arg(root.join("bench/peers/go-signalr/build.sh"))
+        .arg(&out)
+        .status()
+        .expect("run bench/peers/go-signalr/build.sh (needs Go)");
+    assert!(status.success(), "building the Go peer failed");
+    out.join("go-signalr")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_peer_runs_the_same_scenarios() {
+    let peer = build_peer();
+    let peer = peer.to_str().unwrap();
+    for (scenario, extra) in [
+        ("echo", vec!["-c", "10"]),
+        ("broadcast", vec!["-c", "10", "-s", "2"]),
+        ("send-to-group", vec!["-c", "10", "--group-size", "5"]),
+        ("send-to-connection", vec!["-c", "10"]),
+        ("join-leave-group", vec!["-c", "10"]),
+        ("rest-broadcast", vec!["-c", "10", "-s", "2"]),
+        ("rest-send-to-user", vec!["-c", "10"]),
+    ] {
+        let mut all = vec!["--peer-bin", peer, "--target-name", "go-signalr"];
+        all.extend(extra);
+        let outcome = bench(&format!("peer-{scenario}"), &args(scenario, &all)).await;
+        let report = assert_complete(&format!("peer {scenario}"), &outcome);
+        assert_eq!(report.target, "go-signalr");
+        assert_eq!(report.mode, "direct");
+        assert!(
+            report.service.is_some(),
+            "the peer's CPU and memory are sampled"
+        );
+    }
+}
