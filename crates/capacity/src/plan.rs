@@ -370,14 +370,24 @@ pub enum ReportClass {
     ConnectionsOnly,
 }
 
+/// Members per group of a report: its group size, else connections ÷ groups.
+pub fn report_group_size(report: &Report) -> Option<u64> {
+    report.group_size.or_else(|| {
+        report
+            .groups
+            .filter(|&g| g > 0)
+            .map(|g| report.connections / g)
+    })
+}
+
 /// The class of `report`'s scenario; `None` for an unknown scenario or a `send-to-group` report
-/// without a group size.
+/// with neither a group size nor a number of groups.
 pub fn classify(report: &Report) -> Option<ReportClass> {
     match report.scenario.as_str() {
         "idle" | "connect-rate" | "join-leave-group" => Some(ReportClass::ConnectionsOnly),
         name => {
             let scenario = Scenario::from_name(name)?;
-            let table = guide_scenario(scenario, report.group_size)?;
+            let table = guide_scenario(scenario, report_group_size(report))?;
             Some(ReportClass::Messages(scenario, table))
         }
     }
@@ -473,7 +483,7 @@ impl Measured {
             transport: report.transport.clone(),
             protocol: report.protocol.clone(),
             message_size: report.message_size as u64,
-            group_size: report.group_size,
+            group_size: report_group_size(report),
             step: step.map(|s| s.index),
             connections: step.map_or(0, |s| s.connections),
             inbound_per_s: step.map_or(0.0, |s| s.inbound_per_s),
@@ -842,6 +852,10 @@ mod tests {
         assert_eq!(azure_unit(&r).as_deref(), Some("Unit50"));
         r.group_size = None;
         assert_eq!(azure_unit(&r), None);
+        // 10 groups of 100,000 connections: big groups.
+        r.groups = Some(10);
+        r.connections = 100_000;
+        assert_eq!(azure_unit(&r).as_deref(), Some("Unit50"));
     }
 
     #[test]
