@@ -65,7 +65,7 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
             }
             (None, None) => unreachable!(),
         };
-        let pid = pid.or_else(|| port_of(&url).and_then(procstat::listener_pid));
+        let pid = pid.or_else(|| local_port_of(&url).and_then(procstat::listener_pid));
         return Ok(Target {
             name: args
                 .target_name
@@ -101,10 +101,7 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
         RunError("the connection string has no AccessKey (needed to sign client tokens)".into())
     })?;
     if service_pid.is_none() {
-        service_pid = cs
-            .base_url()
-            .port_or_known_default()
-            .and_then(procstat::listener_pid);
+        service_pid = local_port_of(cs.base_url().as_str()).and_then(procstat::listener_pid);
     }
     let rest = Some(RestTarget {
         base: cs.server_base_url().to_string(),
@@ -115,7 +112,7 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
             Some(url) => (
                 url.trim_end_matches('/').to_owned(),
                 args.app_pid
-                    .or_else(|| port_of(url).and_then(procstat::listener_pid)),
+                    .or_else(|| local_port_of(url).and_then(procstat::listener_pid)),
             ),
             None => {
                 let exe = std::env::current_exe()
@@ -159,8 +156,16 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
     })
 }
 
-fn port_of(url: &str) -> Option<u16> {
-    url::Url::parse(url).ok()?.port_or_known_default()
+/// The port of `url` if it names this machine (a loopback address or `localhost`): only
+/// then can the process behind it be found in /proc.
+fn local_port_of(url: &str) -> Option<u16> {
+    let url = url::Url::parse(url).ok()?;
+    let local = match url.host()? {
+        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    local.then(|| url.port_or_known_default()).flatten()
 }
 
 /// Checks flags that clap cannot.
@@ -180,6 +185,17 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
     }
     if args.send_interval.is_zero() {
         return Err(RunError("--send-interval must be more than 0".into()));
+    }
+    if args.connect_rate.is_nan() || args.connect_rate <= 0.0 {
+        return Err(RunError("--connect-rate must be more than 0".into()));
+    }
+    let transport = args.transport.to_ascii_lowercase();
+    if matches!(transport.as_str(), "serversentevents" | "sse")
+        && worker::parse_format(&args.protocol)? == switchyard_hub_protocol::Format::MessagePack
+    {
+        return Err(RunError(
+            "MessagePack is binary and cannot travel over Server-Sent Events: use -p json or another transport".into(),
+        ));
     }
     if scenario == Scenario::SendToGroup && args.group_size.is_none() && args.groups.is_none() {
         return Err(RunError(
@@ -204,11 +220,14 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
 pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError> {
     validate(scenario, args)?;
     let target = resolve_target(scenario, args)?;
-    let senders = if scenario.sends() {
-        args.senders
-            .unwrap_or_else(|| scenario.default_senders(args.connections))
-    } else {
-        0
+    let senders = match args.senders {
+        _ if !scenario.sends() => 0,
+        Some(senders) => senders,
+        // Big groups: Azure's guide has 20 senders (every receiver tracks each sender).
+        None if scenario == Scenario::SendToGroup && args.groups.is_some() => {
+            args.connections.min(20)
+        }
+        None => scenario.default_senders(args.connections),
     };
     let plan = Plan {
         scenario,
@@ -228,7 +247,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         group_size: args.group_size,
         groups: args
             .groups
-            .or((scenario == Scenario::JoinLeaveGroup).then_some(10)),
+            .or((scenario == Scenario::JoinLeaveGroup && args.group_size.is_none()).then_some(10)),
         connect_rate: args.connect_rate,
         max_connecting: args.max_connecting,
         source_addresses: args.source_addresses.clone(),
@@ -286,6 +305,8 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         }
     }
     failed.sort_unstable();
+    let service_connected = target.service_pid.and_then(procstat::sample);
+    let app_connected = target.app_pid.and_then(procstat::sample);
     progress.connected(connected, failed.len() as u64, connect_seconds);
     if connected == 0 {
         return Err(RunError(format!(
@@ -314,10 +335,21 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
     let mut stopped_after: Option<u64> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     progress.sending(plan.warmup_seconds + plan.send_seconds());
+    // Workers end by themselves after the drain; this only bounds a stuck one.
+    let deadline = instant_at(
+        measure_ms + step_ms * f64::from(steps) + plan.drain_seconds * 1000.0 + 60_000.0,
+    );
     loop {
-        let next_sample = measure_ms + step_ms * service_samples.len() as f64;
+        let mut next_sample = measure_ms + step_ms * service_samples.len() as f64;
+        if scenario == Scenario::Idle && service_samples.len() == steps as usize {
+            // Connections close at the end: sample while they are all still held.
+            next_sample -= (step_ms / 2.0).min(1000.0);
+        }
         let sampling = service_samples.len() <= steps as usize;
         tokio::select! {
+            _ = sleep_until(deadline) => {
+                return Err(RunError("a worker did not finish within a minute after the drain".into()));
+            }
             _ = sleep_until(instant_at(next_sample)), if sampling => {
                 service_samples.push(target.service_pid.and_then(procstat::sample));
                 app_samples.push(target.app_pid.and_then(procstat::sample));
@@ -332,7 +364,9 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                 progress.tick((now_ms() - start_ms) / 1000.0, &total, &plan, measure_ms, step_ms);
             }
             event = events.recv() => {
-                let Some((index, event)) = event else { break };
+                let Some((index, event)) = event else {
+                    return Err(RunError("every worker stopped before its final report".into()));
+                };
                 match event {
                     Event::Live { live: l } => live[index] = l,
                     Event::Step { step } => {
@@ -345,7 +379,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                             progress.step_done(step.index, steps, &entry.0, passed);
                             if !passed && stopped_after.is_none() && step.index < u64::from(steps) {
                                 stopped_after = Some(step.index);
-                                let at_ms = now_ms();
+                                let at_ms = measure_ms + step_ms * step.index as f64;
                                 for w in &workers {
                                     w.send(Command::Stop { at_ms });
                                 }
@@ -358,6 +392,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                             break;
                         }
                     }
+                    Event::Failed { .. } if finals[index].is_some() => {}
                     Event::Failed { error } => return Err(RunError(format!("worker {index}: {error}"))),
                     Event::Connected { .. } => {}
                 }
@@ -404,13 +439,29 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
     }
     let ran_steps = stopped_after.unwrap_or(u64::from(steps)) as usize;
     let mut report_steps = Vec::new();
+    // Drops before the first step (warm-up) are in the live total, not in any step.
+    let step_drops: u64 = step_buckets.iter().take(ran_steps).map(|b| b.dropped).sum();
+    let mut dropped_so_far = dropped.saturating_sub(step_drops);
     for (i, bucket) in step_buckets.iter().enumerate().take(ran_steps) {
         let index = i + 1;
+        dropped_so_far += bucket.dropped;
         let usage = |samples: &[Option<Sample>]| match (samples.get(i), samples.get(i + 1)) {
             (Some(Some(a)), Some(Some(b))) => Some(procstat::usage(a, b)),
             _ => None,
         };
-        let service = usage(&service_samples);
+        let connect_phase = |a: &Option<Sample>, b: &Option<Sample>| match (a, b) {
+            (Some(a), Some(b)) => Some(procstat::usage(a, b)),
+            _ => None,
+        };
+        // connect-rate measures the connect phase: its usage is that phase's.
+        let (service, app_server) = if scenario == Scenario::ConnectRate {
+            (
+                connect_phase(&service_before, &service_connected),
+                connect_phase(&app_before, &app_connected),
+            )
+        } else {
+            (usage(&service_samples), usage(&app_samples))
+        };
         let seconds = if scenario == Scenario::ConnectRate {
             connect_seconds
         } else {
@@ -424,14 +475,18 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         report_steps.push(Step {
             index,
             senders: plan.senders_at(index as u32),
-            connections: connected.saturating_sub(bucket.dropped),
+            connections: connected.saturating_sub(dropped_so_far),
             seconds,
             latency: report::latency(&bucket.latency, counts.lost),
             inbound_per_s: counts.sent as f64 / seconds.max(1e-9),
             outbound_per_s: counts.received as f64 / seconds.max(1e-9),
-            passed: rule_passes(bucket, failed.len() as u64 + dropped, args.connections),
+            passed: rule_passes(
+                bucket,
+                failed.len() as u64 + dropped_so_far,
+                args.connections,
+            ),
             service,
-            app_server: usage(&app_samples),
+            app_server,
             service_cpu_us_per_delivery: cpu_per_delivery,
             counts,
         });
@@ -480,10 +535,12 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         groups: plan.groups,
         workers: args.workers as usize,
         started_at,
-        seconds: plan.warmup_seconds + plan.step_seconds * ran_steps as f64,
+        // Measured time: the warm-up is neither counted nor timed.
+        seconds: report_steps.iter().map(|s| s.seconds).sum(),
         latency: report::latency(&total.latency, total_counts.lost),
         counts: total_counts,
-        passed: last_passing == Some(ran_steps)
+        passed: stopped_after.is_none()
+            && last_passing == Some(ran_steps)
             && report_steps
                 .iter()
                 .all(|s| s.counts.lost == 0 && s.counts.duplicated == 0 && s.counts.reordered == 0)
@@ -496,9 +553,10 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         // Measured at the end of the hold, while every connection is still open.
         service_rss_per_connection_bytes: match (scenario, &service_before, service_samples.last())
         {
-            (Scenario::Idle, Some(before), Some(Some(held))) => {
-                Some((held.rss_kb as f64 - before.rss_kb as f64) * 1024.0 / connected.max(1) as f64)
-            }
+            (Scenario::Idle, Some(before), Some(Some(held))) => Some(
+                (held.rss_kb as f64 - before.rss_kb as f64) * 1024.0
+                    / connected.saturating_sub(dropped).max(1) as f64,
+            ),
             _ => None,
         },
         service,
@@ -693,7 +751,12 @@ async fn start_workers(
                 match lines.next_line().await {
                     Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
                         Ok(event) => {
+                            let last = matches!(event, Event::Final { .. } | Event::Failed { .. });
                             let _ = events.send((i, event));
+                            // After its final report a worker exits: that end is not a failure.
+                            if last {
+                                return;
+                            }
                         }
                         Err(e) => {
                             let _ = events.send((
@@ -704,11 +767,15 @@ async fn start_workers(
                             ));
                         }
                     },
-                    _ => {
+                    other => {
+                        let why = match other {
+                            Err(e) => format!("its output could not be read: {e}"),
+                            _ => "it exited".to_owned(),
+                        };
                         let _ = events.send((
                             i,
                             Event::Failed {
-                                error: "exited before its final report".to_owned(),
+                                error: format!("{why} before its final report"),
                             },
                         ));
                         return;

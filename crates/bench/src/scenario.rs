@@ -155,21 +155,6 @@ impl Plan {
         }
     }
 
-    /// Connections in group `group`, given which connections failed.
-    pub fn group_members(&self, group: u64, failed: &[u64]) -> u64 {
-        let planned: Vec<u64> = match (self.group_size, self.groups) {
-            (Some(size), _) => {
-                let size = size.max(1);
-                (group * size..((group + 1) * size).min(self.connections)).collect()
-            }
-            (None, Some(groups)) => (group..self.connections)
-                .step_by(groups.max(1) as usize)
-                .collect(),
-            (None, None) => Vec::new(),
-        };
-        planned.iter().filter(|g| !failed.contains(g)).count() as u64
-    }
-
     pub fn interval(&self) -> Duration {
         Duration::from_secs_f64(self.interval_ms.max(0.001) / 1000.0)
     }

@@ -275,6 +275,16 @@ impl Stats {
         }
     }
 
+    /// A message that was due but never sent: its recipients still expected it.
+    pub fn unsent(&mut self, step: u32, second: Option<u64>, expected: u64) {
+        if let Some(bucket) = self.steps.get_mut(step as usize) {
+            bucket.expected += expected;
+        }
+        if let Some(bucket) = self.second(second) {
+            bucket.expected += expected;
+        }
+    }
+
     /// A delivery (or acknowledgement) of a message sent in `step`.
     pub fn received(
         &mut self,
