@@ -66,7 +66,7 @@ for target in switchyard peer; do
     run "$target-rest-send-to-user-$n" "$target" rest-send-to-user "${common[@]}" -s $((n / 5))
     run "$target-join-leave-group-$n" "$target" join-leave-group "${common[@]}"
     run "$target-idle-$n" "$target" idle -c "$n" -w "$w" --source-addresses 127.0.0.1,127.0.0.2 -d 10s --drain 0s --connect-rate 4000
-    run "$target-connect-rate-$n" "$target" connect-rate -c "$n" -w "$w" --source-addresses 127.0.0.1,127.0.0.2 -d 1s --drain 0s --connect-rate 12000 --max-connecting 4096
+    run "$target-connect-rate-$n" "$target" connect-rate -c "$n" -w "$w" --source-addresses 127.0.0.1,127.0.0.2 -d 1s --drain 0s --connect-rate 12000 --max-connecting 512
   done
   # Throughput: step up until Azure's rule fails (15 s per step).
   STEP=(-d 15s --drain 5s --connect-rate 4000 --source-addresses 127.0.0.1,127.0.0.2)

@@ -29,6 +29,8 @@ step "checking tools"
 need cargo || { echo "cargo is required (https://rustup.rs)"; exit 1; }
 need node || { echo "node (>= 20) is required"; exit 1; }
 need npm || { echo "npm is required"; exit 1; }
+# crates/bench/tests/scenarios.rs builds the Go peer (bench/peers/go-signalr) with it.
+need go || { echo "go is required (the benchmark's Go peer is built and run by cargo test)"; exit 1; }
 
 run "cargo fmt --check" cargo fmt --all -- --check
 run "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -166,6 +166,9 @@ pub fn http_client(local_address: Option<IpAddr>) -> reqwest::Client {
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
         .pool_idle_timeout(Duration::from_secs(90))
+        // A load generator negotiating thousands of connections at once would otherwise keep
+        // as many idle keep-alive sockets open at the server, each a file descriptor there.
+        .pool_max_idle_per_host(64)
         .local_address(local_address)
         .build()
         .expect("an HTTP client with these settings always builds")
