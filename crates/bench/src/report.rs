@@ -13,8 +13,8 @@
 //! - [`histogram_to_base64`] / [`histogram_from_base64`]: HdrHistogram V2 encoding (no
 //!   deflate) for shipping a histogram from a load-generator process to the one that reports.
 //!
-//! Bandwidth is shown the way the guide shows it: `KBps` and `MBps`, 1 KB = 1,024 bytes
-//! (the guide's "4 KBps" for 2 × 2,048 bytes/s and "400 KBps" for 200 × 2,048 bytes/s).
+//! Bandwidth is shown the way the guide shows it: `KBps` and `MBps`, 1 KB = 1,024 bytes and
+//! 1 MB = 1,000 KB (the guide's "4 KBps" for 2 × 2,048 bytes/s, "2 MBps" for 1,000 × 2,048).
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -93,8 +93,7 @@ fn bucket_names(bounds: &[u64]) -> Vec<String> {
 /// (never flatters a run). `lost` deliveries are not put in any bucket: they are reported
 /// in `Counts::lost`, and Azure's rule counts them as ≥ 1 s (see [`share_over_1s`]). The
 /// argument is here so callers hand the two over together.
-pub fn latency_buckets(hist: &Histogram<u64>, lost: u64) -> (Buckets, Buckets) {
-    let _ = lost;
+pub fn latency_buckets(hist: &Histogram<u64>) -> (Buckets, Buckets) {
     let mut v1 = [0u64; BUCKETS_V1_MS.len() + 1];
     let mut v2 = [0u64; BUCKETS_V2_MS.len() + 1];
     for value in hist.iter_recorded() {
@@ -112,8 +111,8 @@ pub fn latency_buckets(hist: &Histogram<u64>, lost: u64) -> (Buckets, Buckets) {
 /// Percentiles (ms), mean and buckets of a histogram of delivery latencies in microseconds.
 /// An empty histogram gives zeros (and buckets of zero). `lost` is not counted in any of
 /// them; see [`latency_buckets`].
-pub fn latency(hist: &Histogram<u64>, lost: u64) -> Latency {
-    let (buckets_v1, buckets_v2) = latency_buckets(hist, lost);
+pub fn latency(hist: &Histogram<u64>) -> Latency {
+    let (buckets_v1, buckets_v2) = latency_buckets(hist);
     let ms = |us: u64| us as f64 / 1000.0;
     let empty = hist.is_empty();
     let q = |quantile: f64| {
@@ -191,44 +190,11 @@ pub struct LiveCounters {
     /// Deliveries by latency: < 50, < 100, < 200, < 500, < 1000, < 2000, < 5000, ≥ 5000 ms
     /// ([`bucket_v2`]).
     pub buckets_v2: [u64; 8],
-    /// Deliveries given up on (not in any bucket).
-    pub lost: u64,
     /// Sending connections of the current step (Azure's `sendingStep`).
     pub sending_step: u64,
     /// Step number, 1-based (Azure's `epoch`: its scripts split a run into steps where it
     /// changes).
     pub epoch: u64,
-}
-
-impl LiveCounters {
-    /// Counts one delivery of `bytes` wire bytes that took `latency_ms`.
-    pub fn record_delivery(&mut self, latency_ms: f64, bytes: u64) {
-        self.received += 1;
-        self.received_bytes += bytes;
-        self.buckets_v1[bucket_v1(latency_ms)] += 1;
-        self.buckets_v2[bucket_v2(latency_ms)] += 1;
-    }
-
-    /// Adds another worker's totals (the step fields take the lower value, as Azure's
-    /// merge does).
-    pub fn merge(&mut self, other: &LiveCounters) {
-        self.connections_success += other.connections_success;
-        self.connections_failed += other.connections_failed;
-        self.connections_reconnect += other.connections_reconnect;
-        self.sent += other.sent;
-        self.received += other.received;
-        self.sent_bytes += other.sent_bytes;
-        self.received_bytes += other.received_bytes;
-        for (a, b) in self.buckets_v1.iter_mut().zip(other.buckets_v1) {
-            *a += b;
-        }
-        for (a, b) in self.buckets_v2.iter_mut().zip(other.buckets_v2) {
-            *a += b;
-        }
-        self.lost += other.lost;
-        self.sending_step = self.sending_step.min(other.sending_step);
-        self.epoch = self.epoch.min(other.epoch);
-    }
 }
 
 /// One line (no trailing newline) of Azure's bench-tool counters file:
@@ -275,7 +241,6 @@ pub fn counters_line(at: SystemTime, c: &LiveCounters) -> String {
     }
     put("sendingStep", c.sending_step);
     put("epoch", c.epoch);
-    put("switchyard:message:lost", c.lost);
     for (class, n) in V2_CLASS_NAMES.iter().zip(c.buckets_v2) {
         put(&format!("switchyard:v2:{class}"), n);
     }
@@ -360,18 +325,22 @@ pub fn fmt_number(v: f64) -> String {
     }
 }
 
-/// Bytes per second the way the guide writes bandwidth: `4 KBps`, `1.95 MBps`, `2,000 MBps`.
+/// Bytes per second the way the guide writes bandwidth: `4 KBps`, `2 MBps`, `2,000 MBps`.
 pub fn fmt_bandwidth(bytes_per_s: f64) -> String {
     if !bytes_per_s.is_finite() || bytes_per_s < 0.0 {
         return NONE.into();
     }
-    const K: f64 = 1024.0;
-    if bytes_per_s < K {
+    // The guide's units (as `switchyard capacity` prints them): 1 KB = 1,024 B, 1 MB = 1,000 KB.
+    let (k, m) = (
+        switchyard_capacity::guide::KB as f64,
+        switchyard_capacity::guide::MB as f64,
+    );
+    if bytes_per_s < k {
         format!("{} Bps", fmt_number(bytes_per_s))
-    } else if bytes_per_s < K * K {
-        format!("{} KBps", fmt_number(bytes_per_s / K))
+    } else if bytes_per_s < m {
+        format!("{} KBps", fmt_number(bytes_per_s / k))
     } else {
-        format!("{} MBps", fmt_number(bytes_per_s / (K * K)))
+        format!("{} MBps", fmt_number(bytes_per_s / m))
     }
 }
 
@@ -1166,7 +1135,7 @@ pub(crate) mod tests {
         h.record_n(700_000, 3).unwrap();
         h.record(1_500_000).unwrap();
         h.record(6_000_000).unwrap();
-        let l = latency(&h, 7);
+        let l = latency(&h);
         let v1: Vec<u64> = l.buckets_v1.iter().map(|(_, n)| *n).collect();
         assert_eq!(v1, vec![90, 5, 0, 0, 0, 0, 0, 3, 0, 0, 2]);
         assert_eq!(l.buckets_v1[1].0, "message:lt:200");
@@ -1186,7 +1155,7 @@ pub(crate) mod tests {
         let mut edge = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
         edge.record(1_000_000).unwrap();
         edge.record(100_000).unwrap();
-        let (v1, _) = latency_buckets(&edge, 0);
+        let (v1, _) = latency_buckets(&edge);
         assert_eq!(v1[10].1, 1);
         assert_eq!(v1[1].1, 1);
     }
@@ -1194,7 +1163,7 @@ pub(crate) mod tests {
     #[test]
     fn empty_histogram_gives_zeros() {
         let h = Histogram::<u64>::new(3).unwrap();
-        let l = latency(&h, 0);
+        let l = latency(&h);
         assert_eq!(l.p99_ms, 0.0);
         assert_eq!(l.max_ms, 0.0);
         assert_eq!(l.buckets_v1.len(), 11);
@@ -1230,15 +1199,16 @@ pub(crate) mod tests {
             connections_reconnect: 1,
             sent: 5000,
             sent_bytes: 5000 * 2100,
-            lost: 3,
+            received: 4,
+            received_bytes: 4 * 2100,
             sending_step: 500,
             epoch: 2,
             ..LiveCounters::default()
         };
-        c.record_delivery(12.0, 2100);
-        c.record_delivery(150.0, 2100);
-        c.record_delivery(1200.0, 2100);
-        c.record_delivery(7000.0, 2100);
+        for ms in [12.0, 150.0, 1200.0, 7000.0] {
+            c.buckets_v1[bucket_v1(ms)] += 1;
+            c.buckets_v2[bucket_v2(ms)] += 1;
+        }
         let at = UNIX_EPOCH + Duration::from_secs(1_714_564_801); // 2024-05-01T12:00:01Z
         let line = counters_line(at, &c);
         assert!(!line.contains('\n'));
@@ -1259,7 +1229,6 @@ pub(crate) mod tests {
         assert_eq!(k["message:ge:1000"], 2);
         assert_eq!(k["sendingStep"], 500);
         assert_eq!(k["epoch"], 2);
-        assert_eq!(k["switchyard:message:lost"], 3);
         assert_eq!(k["switchyard:v2:LessThan50ms"], 1);
         assert_eq!(k["switchyard:v2:LessThan200ms"], 1);
         assert_eq!(k["switchyard:v2:LessThan2s"], 1);
@@ -1272,26 +1241,6 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(lt.len(), 10);
         assert!(line.starts_with(r#"{"Time":"2024-05-01T12:00:01Z","Counters":{"#));
-    }
-
-    #[test]
-    fn counters_merge_adds_and_takes_lower_step() {
-        let mut a = LiveCounters {
-            sent: 1,
-            sending_step: 500,
-            epoch: 3,
-            ..LiveCounters::default()
-        };
-        a.record_delivery(5.0, 10);
-        let mut b = a.clone();
-        b.sending_step = 250;
-        b.epoch = 2;
-        a.merge(&b);
-        assert_eq!(a.sent, 2);
-        assert_eq!(a.received, 2);
-        assert_eq!(a.buckets_v1[0], 2);
-        assert_eq!(a.buckets_v2[0], 2);
-        assert_eq!((a.sending_step, a.epoch), (250, 2));
     }
 
     #[test]
@@ -1318,8 +1267,8 @@ pub(crate) mod tests {
         // The guide's own figures.
         assert_eq!(fmt_bandwidth(2.0 * 2048.0), "4 KBps");
         assert_eq!(fmt_bandwidth(200.0 * 2048.0), "400 KBps");
-        assert_eq!(fmt_bandwidth(2048.0 * 1024.0), "2 MBps");
-        assert_eq!(fmt_bandwidth(2000.0 * 1024.0 * 1024.0), "2,000 MBps");
+        assert_eq!(fmt_bandwidth(1000.0 * 2048.0), "2 MBps");
+        assert_eq!(fmt_bandwidth(1_000_000.0 * 2048.0), "2,000 MBps");
         assert_eq!(fmt_bandwidth(500.0), "500 Bps");
         assert_eq!(fmt_memory_kb(87_347), "85.3 MB");
         assert_eq!(fmt_memory_kb(512), "512 KB");
@@ -1357,9 +1306,9 @@ pub(crate) mod tests {
             ["250", "500", "750", "1,000"]
         );
         assert_eq!(row("Inbound (messages/s)")[3], "750");
-        // 250 senders × 2,048 bytes/s = 500 KBps; 1,000 × 2,048 = 2,000 KBps = 1.95 MBps.
+        // 250 senders × 2,048 bytes/s = 500 KBps; 1,000 × 2,048 = 2,000 KBps = 2 MBps.
         assert_eq!(row("Inbound bandwidth")[1], "500 KBps");
-        assert_eq!(row("Outbound bandwidth")[4], "1.95 MBps");
+        assert_eq!(row("Outbound bandwidth")[4], "2 MBps");
         assert_eq!(row("Latency p50 (ms)")[1..], ["1.5", "3", "4.5", "6"]);
         assert_eq!(row("Latency p99 (ms)")[1], "12.3");
         assert_eq!(row("Latency p99 (ms)")[4], "49.2");
@@ -1410,7 +1359,7 @@ pub(crate) mod tests {
             .any(|l| l.starts_with("| Broadcast") && l.contains("Step 1")));
         assert!(t.contains("| Outbound (messages/s)"));
         assert!(t.contains("2,000"));
-        assert!(t.contains("3.91 MBps"), "{t}");
+        assert!(t.contains("4 MBps"), "{t}");
         assert!(t.contains("messagepack"));
         assert!(t.contains("equals or exceeds Azure Unit1"));
 

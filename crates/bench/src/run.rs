@@ -170,7 +170,14 @@ fn local_port_of(url: &str) -> Option<u16> {
 
 /// Checks flags that clap cannot.
 fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
-    worker::parse_format(&args.protocol)?;
+    let format = worker::parse_format(&args.protocol)?;
+    let transport =
+        switchyard_client::connection::Transport::from_str(&args.transport).map_err(|_| {
+            RunError(format!(
+                "unknown transport '{}' (websockets, serversentevents, longpolling)",
+                args.transport
+            ))
+        })?;
     if args.connections == 0 {
         return Err(RunError("--connections must be at least 1".into()));
     }
@@ -189,9 +196,8 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
     if args.connect_rate.is_nan() || args.connect_rate <= 0.0 {
         return Err(RunError("--connect-rate must be more than 0".into()));
     }
-    let transport = args.transport.to_ascii_lowercase();
-    if matches!(transport.as_str(), "serversentevents" | "sse")
-        && worker::parse_format(&args.protocol)? == switchyard_hub_protocol::Format::MessagePack
+    if transport == switchyard_client::connection::Transport::ServerSentEvents
+        && format == switchyard_hub_protocol::Format::MessagePack
     {
         return Err(RunError(
             "MessagePack is binary and cannot travel over Server-Sent Events: use -p json or another transport".into(),
@@ -477,7 +483,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             senders: plan.senders_at(index as u32),
             connections: connected.saturating_sub(dropped_so_far),
             seconds,
-            latency: report::latency(&bucket.latency, counts.lost),
+            latency: report::latency(&bucket.latency),
             inbound_per_s: counts.sent as f64 / seconds.max(1e-9),
             outbound_per_s: counts.received as f64 / seconds.max(1e-9),
             passed: rule_passes(
@@ -498,7 +504,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         .map(|s| s.index);
     let mut total = Bucket::empty_step();
     for bucket in step_buckets.iter().take(ran_steps) {
-        total.merge(&bucket.export(0))?;
+        total.add(bucket)?;
     }
     let total_counts = counts(&total, failed.len() as u64, scenario);
     let timeline = second_buckets
@@ -537,7 +543,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         started_at,
         // Measured time: the warm-up is neither counted nor timed.
         seconds: report_steps.iter().map(|s| s.seconds).sum(),
-        latency: report::latency(&total.latency, total_counts.lost),
+        latency: report::latency(&total.latency),
         counts: total_counts,
         passed: stopped_after.is_none()
             && last_passing == Some(ran_steps)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// A benchmark scenario (Azure's performance guide plus a few of ours).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// Every sender invokes `Echo`; the app server answers the caller.
@@ -155,10 +155,6 @@ impl Plan {
         }
     }
 
-    pub fn interval(&self) -> Duration {
-        Duration::from_secs_f64(self.interval_ms.max(0.001) / 1000.0)
-    }
-
     /// Length of sending, steps included (warm-up not).
     pub fn send_seconds(&self) -> f64 {
         self.step_seconds * f64::from(self.steps.max(1))
@@ -213,7 +209,8 @@ pub struct RunArgs {
     #[arg(long, short = 'c', default_value_t = 1000)]
     pub connections: u64,
     /// Sending connections (REST callers) — the last step's count when stepping up.
-    /// Default: all connections (echo, groups, connection, join/leave), 10 for broadcasts.
+    /// Default: all connections (echo, small groups, connection, join/leave, REST send to
+    /// user), 20 for big groups (--groups), 10 for broadcasts.
     #[arg(long, short = 's')]
     pub senders: Option<u64>,
     /// Steps: senders rise in equal shares up to --senders; stops after the first step that

@@ -67,7 +67,8 @@ impl Bucket {
         }
     }
 
-    pub fn merge(&mut self, other: &BucketExport) -> Result<(), String> {
+    /// Adds another bucket of this process.
+    pub fn add(&mut self, other: &Bucket) -> Result<(), String> {
         self.sent += other.sent;
         self.expected += other.expected;
         self.received += other.received;
@@ -76,10 +77,24 @@ impl Bucket {
         self.dropped += other.dropped;
         self.sent_bytes += other.sent_bytes;
         self.received_bytes += other.received_bytes;
-        let latency = histogram_from_base64(&other.latency)?;
         self.latency
-            .add(&latency)
+            .add(&other.latency)
             .map_err(|e| format!("histogram: {e:?}"))
+    }
+
+    /// Adds a bucket from another process.
+    pub fn merge(&mut self, other: &BucketExport) -> Result<(), String> {
+        self.add(&Bucket {
+            sent: other.sent,
+            expected: other.expected,
+            received: other.received,
+            duplicated: other.duplicated,
+            reordered: other.reordered,
+            dropped: other.dropped,
+            sent_bytes: other.sent_bytes,
+            received_bytes: other.received_bytes,
+            latency: histogram_from_base64(&other.latency)?,
+        })
     }
 
     pub fn empty_step() -> Bucket {

@@ -18,7 +18,9 @@ pub const MEASURE: &str = "Measure";
 
 /// The payload string: prefix, then `x` up to `size` bytes (longer if the prefix is).
 pub fn payload(padding: &str, sender: u32, seq: u64, step: u32) -> String {
-    let mut text = format!("{sender}.{seq}.{step}.");
+    use std::fmt::Write;
+    let mut text = String::with_capacity(padding.len().max(32));
+    let _ = write!(text, "{sender}.{seq}.{step}.");
     if text.len() < padding.len() {
         text.push_str(&padding[text.len()..]);
     }

@@ -627,13 +627,13 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
     let mut finish = shared.finish.clone();
     let mut stop = shared.stop_ms.clone();
     let fanout = shared.fanout(g);
-    let group = plan
-        .group_of(g)
-        .or_else(|| (plan.scenario == Scenario::JoinLeaveGroup).then_some(g % 10))
-        .map(group_name)
-        .unwrap_or_default();
+    let group = Value::from(plan.group_of(g).map(group_name).unwrap_or_default());
+    let target = Value::from(target);
     // join-leave-group: invocation id → intended send time.
     let mut pending: HashMap<u64, f64> = HashMap::new();
+    // One timer, moved after each send (not re-created for every received message).
+    let timer = sleep_until(instant_at(due_ms.unwrap_or(0.0)));
+    tokio::pin!(timer);
     loop {
         if let Some(due) = due_ms {
             if shared.stopped(due) {
@@ -644,7 +644,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
             biased;
             _ = finish.changed() => break,
             _ = stop.changed() => {}
-            _ = sleep_until(instant_at(due_ms.unwrap_or(0.0))), if due_ms.is_some() => {
+            _ = &mut timer, if due_ms.is_some() => {
                 let due = due_ms.unwrap_or_default();
                 let step = shared.schedule.step_of(due);
                 let ts = json!(due);
@@ -652,15 +652,15 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                     Scenario::JoinLeaveGroup => {
                         pending.insert(seq, due);
                         let method = if seq.is_multiple_of(2) { "JoinGroup" } else { "LeaveGroup" };
-                        wire::invocation(shared.format, method, Some(seq.to_string()), vec![json!(group)])
+                        wire::invocation(shared.format, method, Some(seq.to_string()), vec![group.clone()])
                     }
                     scenario => {
                         let payload = Value::String(shared.padding_payload(g as u32, seq, step));
                         let (method, arguments) = match scenario {
                             Scenario::Echo => ("Echo", vec![ts, payload]),
                             Scenario::Broadcast => ("Broadcast", vec![ts, payload]),
-                            Scenario::SendToGroup => ("SendToGroup", vec![json!(group), ts, payload]),
-                            _ => ("SendToConnection", vec![json!(target), ts, payload]),
+                            Scenario::SendToGroup => ("SendToGroup", vec![group.clone(), ts, payload]),
+                            _ => ("SendToConnection", vec![target.clone(), ts, payload]),
                         };
                         wire::invocation(shared.format, method, None, arguments)
                     }
@@ -670,6 +670,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                 shared.sent(due, fanout, frame.len());
                 seq += 1;
                 due_ms = Some(due + interval_ms);
+                timer.as_mut().reset(instant_at(due + interval_ms));
                 tokio::select! {
                     sent = conn.send_raw(frame) => if let Err(e) = sent {
                         shared.dropped(format!("send: {e}"));
