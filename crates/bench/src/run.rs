@@ -606,17 +606,12 @@ fn counts(bucket: &Bucket, connect_failed: u64, scenario: Scenario) -> Counts {
     }
 }
 
-/// Azure's rule for one step.
+/// Azure's rule for one step; the ≥ 1 s share is the one the report prints
+/// ([`report::share_over_1s`]).
 fn rule_passes(bucket: &Bucket, failed_connections: u64, connections: u64) -> bool {
     let lost = bucket.expected.saturating_sub(bucket.received);
-    let slow = bucket
-        .latency
-        .iter_recorded()
-        .filter(|v| v.value_iterated_to() >= 1_000_000)
-        .map(|v| v.count_at_value())
-        .sum::<u64>()
-        + lost;
-    let slow_ok = bucket.expected == 0 || (slow as f64) <= RULE_SHARE * bucket.expected as f64;
+    let (buckets_v1, _) = report::latency_buckets(&bucket.latency);
+    let slow_ok = report::share_over_1s(&buckets_v1, lost).is_none_or(|share| share <= RULE_SHARE);
     let connections_ok = (failed_connections as f64) <= RULE_SHARE * connections as f64;
     slow_ok && connections_ok
 }
