@@ -16,7 +16,7 @@ use switchyard_core::{CloseReason, ConnectionId, HubName};
 use switchyard_hub_protocol::{handshake, json, msgpack, Format, FrameSplitter, HubMessage};
 use switchyard_node::config::ServiceMode;
 use switchyard_node::fuzzing::{AppServer, ClientSession, SessionTransport};
-use switchyard_node::Config;
+use switchyard_node::{Check, Command, Config};
 use switchyard_service_protocol::{decode, FrameReader, ServiceMessage};
 
 use crate::service_node::node;
@@ -230,12 +230,15 @@ fn run(setup: Setup, chunks: &[&[u8]]) -> Outcome {
     );
 
     let hub = HubName::new(HUB, None).expect("a hub name");
-    let connection = ConnectionId::new(&id).expect("an id");
+    let exists = || {
+        let check = Check::Connection(ConnectionId::new(&id).expect("an id"));
+        node.executor().execute(&hub, Command::Check(check)).is_ok()
+    };
     if error.is_none() && handshake_done && !setup.app_server {
-        assert!(node.connection_exists(&hub, &connection));
+        assert!(exists());
     }
     session.finish();
-    assert!(!node.connection_exists(&hub, &connection));
+    assert!(!exists());
     assert_eq!(node.client_connection_count(), 0);
     if let Some(server) = &server {
         // Anything forwarded after the first error, then CloseConnection once, if opened.

@@ -7,12 +7,12 @@
 //! request, the first piece (text) is the path and query and the second the body.
 
 use bytes::BytesMut;
-use switchyard_core::{ConnectionId, GroupName, HubName};
+use switchyard_core::HubName;
 use switchyard_hub_protocol::{
     encode_invocation, json, msgpack, Format, FrameSplitter, HubMessage,
 };
 use switchyard_node::fuzzing::{self, Call, ClientSession, Method, RestRoute, SendBody};
-use switchyard_node::Config;
+use switchyard_node::{Command, Config};
 
 use crate::service_node::{node, percent_all, rest_error, token};
 use crate::{text, Input};
@@ -262,8 +262,8 @@ fn request(uri: &str, method: &[u8], headers: &[(&str, &[u8])], body: &[&[u8]]) 
     .expect("a connection");
     session.receive(HANDSHAKE).expect("a valid handshake");
     let hub = HubName::new(HUB, None).expect("a hub name");
-    let id = ConnectionId::new(session.connection_id()).expect("an id");
-    assert!(node.add_to_group(&hub, &id, &GroupName::new("g1").expect("a group name")));
+    let join = Command::add_to_group(session.connection_id(), "g1").expect("valid names");
+    assert!(node.executor().execute(&hub, join).is_ok());
     assert_eq!(session.take_sent(), vec![&b"{}\x1e"[..]]);
 
     let uri = uri.replace("{cid}", session.connection_id());

@@ -10,7 +10,7 @@ use switchyard_node::{Config, Node};
 
 /// A fresh node: every run starts from the same empty state.
 pub(crate) fn node(config: Config) -> Arc<Node> {
-    Node::new(config)
+    switchyard_node::fuzzing::node(config)
 }
 
 pub(crate) fn now() -> i64 {

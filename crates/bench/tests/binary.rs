@@ -13,7 +13,7 @@ use switchyard_node::{Config, Node};
 async fn app_server_binary_prints_address_serves_negotiate_and_stops_on_sigterm() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let service = listener.local_addr().unwrap();
-    let node = Node::new(Config::default());
+    let node = Node::new(Config::default().validate().unwrap());
     tokio::spawn(switchyard_node::serve(
         listener,
         node,

@@ -22,7 +22,7 @@ async fn service() -> Service {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(switchyard_node::serve(
         listener,
-        Node::new(Config::default()),
+        Node::new(Config::default().validate().unwrap()),
         async {
             let _ = stopped.await;
         },

@@ -27,7 +27,7 @@ impl Service {
     async fn start() -> Service {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let node = Node::new(Config::default());
+        let node = Node::new(Config::default().validate().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn({
             let node = node.clone();

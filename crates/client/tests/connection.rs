@@ -60,7 +60,7 @@ impl Service {
     async fn without_app_server() -> Service {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let node = Node::new(Config::default());
+        let node = Node::new(Config::default().validate().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(switchyard_node::serve(listener, node.clone(), async move {
             let _ = stopped.await;

@@ -1,6 +1,7 @@
 //! Shared vocabulary for every Switchyard crate. No I/O.
 //!
 //! # Layout
+//! - [`clock`]: wall-clock time in the units the protocols use.
 //! - [`names`]: validated hub, group, user and connection names.
 //! - [`protocol`]: hub protocol names and the per-protocol [`Payloads`] of one message.
 //! - [`close`]: why a connection ended, as data with stable codes.
@@ -8,6 +9,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod clock;
 pub mod close;
 pub mod message;
 pub mod names;

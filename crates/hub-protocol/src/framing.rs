@@ -34,6 +34,15 @@ impl Frame {
     }
 }
 
+/// Where one complete message lies in a buffer: its body, and the end of its framing
+/// (where the next message starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Located {
+    pub body_start: usize,
+    pub body_end: usize,
+    pub end: usize,
+}
+
 /// Splits a byte stream into complete hub messages WITHOUT decoding them.
 ///
 /// The splitter is stateless: all buffering is in the caller's `BytesMut`, which keeps any
@@ -82,6 +91,21 @@ impl FrameSplitter {
         buf: &mut BytesMut,
         scanned: &mut usize,
     ) -> Result<Option<Frame>, FrameError> {
+        match self.locate(buf, scanned)? {
+            Some(found) => Ok(Some(Frame {
+                framed: buf.split_to(found.end).freeze(),
+                body_start: found.body_start,
+                body_end: found.body_end,
+            })),
+            None => Ok(None),
+        }
+    }
+
+    /// Where the first complete message of `buf` lies, without taking it: the one
+    /// frame-boundary scanner every reader of hub messages uses. `scanned` is as for
+    /// [`next_frame_resuming`](Self::next_frame_resuming): it is reset when a message is
+    /// found and advanced when none is.
+    pub fn locate(&self, buf: &[u8], scanned: &mut usize) -> Result<Option<Located>, FrameError> {
         let too_large = FrameError::TooLarge {
             limit: self.max_message_size,
         };
@@ -97,10 +121,10 @@ impl FrameSplitter {
                     Some(offset) => {
                         let end = start + offset;
                         *scanned = 0;
-                        Ok(Some(Frame {
-                            framed: buf.split_to(end + 1).freeze(),
+                        Ok(Some(Located {
                             body_start: 0,
                             body_end: end,
+                            end: end + 1,
                         }))
                     }
                     None if buf.len() > self.max_message_size => Err(too_large),
@@ -121,13 +145,25 @@ impl FrameSplitter {
                 if buf.len() - prefix < len {
                     return Ok(None);
                 }
-                Ok(Some(Frame {
-                    framed: buf.split_to(prefix + len).freeze(),
+                Ok(Some(Located {
                     body_start: prefix,
                     body_end: prefix + len,
+                    end: prefix + len,
                 }))
             }
         }
+    }
+
+    /// The length of the longest prefix of `buf` made of whole messages (0 if the first one
+    /// is incomplete), for a relay that forwards runs of whole messages without splitting
+    /// them. `scanned`: leading bytes known to hold no record separator.
+    pub fn whole_prefix_len(&self, buf: &[u8], scanned: usize) -> Result<usize, FrameError> {
+        let mut at = 0;
+        let mut scanned = scanned;
+        while let Some(found) = self.locate(&buf[at..], &mut scanned)? {
+            at += found.end;
+        }
+        Ok(at)
     }
 
     /// Takes every complete message off the front of `buf`, leaving any incomplete rest.
@@ -172,6 +208,44 @@ mod tests {
         }
         assert_eq!(frames, vec![JSON_A, JSON_B, JSON_A]);
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn whole_prefix_len_stops_before_an_incomplete_message() {
+        let json: Vec<u8> = [JSON_A, JSON_B, b"{\"ty"].concat();
+        let json_splitter = splitter(Format::Json);
+        assert_eq!(
+            json_splitter.whole_prefix_len(&json, 0).unwrap(),
+            JSON_A.len() + JSON_B.len()
+        );
+        assert_eq!(json_splitter.whole_prefix_len(b"{\"ty", 0).unwrap(), 0);
+        let msgpack: Vec<u8> = [MP_PING, MP_CLOSE, &[0x05, 0x01]].concat();
+        assert_eq!(
+            splitter(Format::MessagePack)
+                .whole_prefix_len(&msgpack, 0)
+                .unwrap(),
+            MP_PING.len() + MP_CLOSE.len()
+        );
+        let small = FrameSplitter::new(Format::Json, 4);
+        assert!(small.whole_prefix_len(JSON_B, 0).is_err());
+        assert!(splitter(Format::MessagePack)
+            .whole_prefix_len(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], 0)
+            .is_err());
+    }
+
+    #[test]
+    fn locate_reports_body_and_end() {
+        let mut scanned = 0;
+        let found = splitter(Format::MessagePack)
+            .locate(MP_CLOSE, &mut scanned)
+            .unwrap()
+            .unwrap();
+        assert_eq!((found.body_start, found.body_end, found.end), (1, 5, 5));
+        let found = splitter(Format::Json)
+            .locate(JSON_A, &mut scanned)
+            .unwrap()
+            .unwrap();
+        assert_eq!((found.body_start, found.body_end, found.end), (0, 10, 11));
     }
 
     #[test]

@@ -34,7 +34,7 @@ use bytes::Bytes;
 use switchyard_core::Protocol;
 
 pub use error::{DecodeError, FrameError, HandshakeError};
-pub use framing::{Frame, FrameSplitter};
+pub use framing::{Frame, FrameSplitter, Located};
 pub use message::{is_trackable_type, message_type, CompletionResult, Headers, HubMessage};
 pub use peek::{peek, Peek};
 
@@ -57,6 +57,18 @@ impl Format {
             Protocol::Json => Some(Format::Json),
             Protocol::MessagePack => Some(Format::MessagePack),
             Protocol::Other(_) => None,
+        }
+    }
+
+    /// The framing of a protocol whose bytes a service relays without encoding them:
+    /// [`from_protocol`](Self::from_protocol)'s, plus `blazorpack` (Blazor Server: the
+    /// MessagePack protocol under another name).
+    pub fn for_relay(protocol: &Protocol) -> Option<Format> {
+        match protocol {
+            Protocol::Other(name) if name.eq_ignore_ascii_case("blazorpack") => {
+                Some(Format::MessagePack)
+            }
+            other => Format::from_protocol(other),
         }
     }
 

@@ -4,66 +4,28 @@
 //! request through [`crate::routes`] without a socket. Hidden from the docs; not a stable API,
 //! and the service itself never calls it.
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Request, Uri};
+use axum::response::Response;
 use bytes::Bytes;
-use futures_util::FutureExt;
 use http_body_util::BodyExt;
-use serde_json::Value;
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{CloseReason, HubName};
 
 pub use axum::http::Method;
 
 use crate::client::{create_client, ClientConnection, Transport};
+use crate::default_mode::ServerConnection;
 use crate::http::Query;
-use crate::node::Node;
-use crate::rest::error::RestError;
-use crate::server::ServerConnection;
+use crate::Node;
 
-thread_local! {
-    /// Gives timers a runtime to register with; nothing is ever spawned on it.
-    static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a current-thread runtime");
-}
+use crate::fuzz_support::{body_of, header_map, poll_once};
 
-/// Polls `future` once inside a runtime context; `None` if it is not ready then.
-fn poll_once<F: Future>(future: F) -> Option<F::Output> {
-    RUNTIME.with(|runtime| {
-        let _entered = runtime.enter();
-        future.now_or_never()
-    })
-}
-
-/// A body that arrives in the given pieces, as a request body read from the network does.
-fn body_of(chunks: &[&[u8]]) -> Body {
-    let chunks: Vec<Result<Bytes, Infallible>> = chunks
-        .iter()
-        .map(|chunk| Ok(Bytes::copy_from_slice(chunk)))
-        .collect();
-    Body::from_stream(futures_util::stream::iter(chunks))
-}
-
-/// Headers from raw name/value pairs; a pair that is not a valid header is left out, as an
-/// HTTP server would have refused it before any handler ran.
-fn header_map(headers: &[(&str, &[u8])]) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (name, value) in headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(value),
-        ) {
-            map.append(name, value);
-        }
-    }
-    map
+/// A node whose settings skip the range checks (see `ValidConfig::unchecked`): the targets
+/// use limits below the minimum, so that small inputs reach the size checks.
+pub fn node(config: crate::Config) -> Arc<Node> {
+    Node::new(crate::ValidConfig::unchecked(config).expect("the targets' templates parse"))
 }
 
 // ---- one HTTP request through the service's routes ----
@@ -138,105 +100,7 @@ pub fn call(
     }
 }
 
-// ---- REST: body parser and route table ----
-
-/// A REST error as its response carries it: status and the JSON body
-/// (`{"code":…,"message":…}`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestFailure {
-    pub status: u16,
-    pub body: Bytes,
-}
-
-impl From<RestError> for RestFailure {
-    fn from(error: RestError) -> Self {
-        let response = error.into_response();
-        let status = response.status().as_u16();
-        let body = poll_once(response.into_body().collect())
-            .and_then(Result::ok)
-            .map(|collected| collected.to_bytes())
-            .unwrap_or_default();
-        RestFailure { status, body }
-    }
-}
-
-/// What a REST send body asks to deliver.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SendBody {
-    Invocation {
-        target: String,
-        arguments: Vec<Value>,
-    },
-    Payloads(Vec<(String, Bytes)>),
-}
-
-impl From<crate::rest::body::SendBody> for SendBody {
-    fn from(body: crate::rest::body::SendBody) -> Self {
-        match body {
-            crate::rest::body::SendBody::Invocation { target, arguments } => {
-                SendBody::Invocation { target, arguments }
-            }
-            crate::rest::body::SendBody::Payloads(payloads) => SendBody::Payloads(payloads),
-        }
-    }
-}
-
-/// Reads and parses a send body as the REST API does (`Content-Type` and `Content-Length`
-/// taken from `headers`, `limit` bytes at most), the body arriving in the given pieces.
-pub fn rest_read_body(
-    headers: &[(&str, &[u8])],
-    chunks: &[&[u8]],
-    limit: usize,
-) -> Result<SendBody, RestFailure> {
-    let headers = header_map(headers);
-    match poll_once(crate::rest::body::read(&headers, body_of(chunks), limit)) {
-        Some(result) => result.map(SendBody::from).map_err(RestFailure::from),
-        None => unreachable!("a body held in memory is read at once"),
-    }
-}
-
-/// The JSON send body parser (`{"target":…,"arguments":[…]}`, names in any case).
-pub fn rest_parse_invocation(bytes: &[u8]) -> Result<SendBody, RestFailure> {
-    crate::rest::body::parse_invocation(bytes)
-        .map(SendBody::from)
-        .map_err(RestFailure::from)
-}
-
-/// The MessagePack send body parser (a map of protocol name to framed hub messages).
-pub fn rest_parse_payloads(bytes: &[u8]) -> Result<Vec<(String, Bytes)>, RestFailure> {
-    crate::rest::body::parse_payloads(bytes).map_err(RestFailure::from)
-}
-
-/// What a REST path and method resolve to; the API family and operation as their `Debug` text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RestRoute {
-    Health,
-    OpenApi,
-    Hub {
-        api: String,
-        hub: String,
-        op: String,
-    },
-}
-
-/// A REST path split into percent-decoded segments.
-pub fn rest_segments(path: &str) -> Result<Vec<String>, RestFailure> {
-    crate::rest::routes::segments(path).map_err(RestFailure::from)
-}
-
-/// Decoded segments and a method → an operation (404 unknown path, 405 other method).
-pub fn rest_resolve(segments: &[String], method: &Method) -> Result<RestRoute, RestFailure> {
-    use crate::rest::routes::Operation;
-    Ok(match crate::rest::routes::resolve(segments, method)? {
-        Operation::Health => RestRoute::Health,
-        Operation::OpenApi => RestRoute::OpenApi,
-        Operation::Hub { api, hub, op } => RestRoute::Hub {
-            api: format!("{api:?}"),
-            hub,
-            op: format!("{op:?}"),
-        },
-    })
-}
+pub use crate::rest::fuzz::*;
 
 // ---- query strings and bearer tokens ----
 
@@ -325,14 +189,15 @@ impl ClientSession {
             expires_at: i64::MAX,
             audiences: Vec::new(),
         };
-        let client = create_client(node, &hub, token, false).map_err(|e| e.message)?;
+        let clients = node.clients();
+        let client = create_client(clients, &hub, token, false).map_err(|e| e.message)?;
         let session = ClientSession {
             node: node.clone(),
             client,
         };
         session
             .client
-            .start_transport(node, transport.into())
+            .start_transport(clients, transport.into())
             .map_err(|e| e.message)?;
         Ok(session)
     }
@@ -345,9 +210,9 @@ impl ClientSession {
     /// Bytes from the client. An error closes the connection for that reason, as the
     /// transports do.
     pub fn receive(&self, data: &[u8]) -> Result<(), CloseReason> {
-        let result = self
-            .client
-            .receive(&self.node, &mut self.client.inbound.lock(), data);
+        let result =
+            self.client
+                .receive(self.node.clients(), &mut self.client.inbound.lock(), data);
         if let Err(reason) = &result {
             self.client.connection.close(reason.clone());
         }
@@ -378,7 +243,7 @@ impl ClientSession {
 
     /// Ends the connection as a transport does when it stops; safe to call twice.
     pub fn finish(&self) {
-        self.node.finish(&self.client);
+        self.node.clients().finish(&self.client);
     }
 }
 
@@ -396,8 +261,12 @@ impl AppServer {
     /// Registers a connection of app server `server_id` for `hub`.
     pub fn attach(node: &Arc<Node>, hub: &str, server_id: &str) -> Result<AppServer, String> {
         let hub = HubName::new(hub, None).map_err(|e| e.to_string())?;
+        let default_mode = node.default_mode();
         Ok(AppServer(ServerConnection::register_detached(
-            node, hub, server_id,
+            &default_mode.servers,
+            hub,
+            server_id,
+            default_mode.max_pending_bytes_per_server_connection(),
         )))
     }
 

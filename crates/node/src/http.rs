@@ -2,9 +2,11 @@
 
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use switchyard_auth::{audience_matches, verify_token, AuthError, RequestTarget, VerifiedToken};
-
-use crate::node::{unix_now, Node};
+use switchyard_auth::{
+    audience_matches, verify_token, AccessKeys, AuthError, RequestTarget, VerifiedToken,
+};
+use switchyard_core::clock::unix_now;
+use switchyard_core::HubName;
 
 /// Query pairs, percent-decoded, in order (keys may repeat, e.g. `excluded`).
 pub(crate) struct Query(pub Vec<(String, String)>);
@@ -83,6 +85,14 @@ pub(crate) fn bearer_token<'a>(headers: &'a HeaderMap, query: &'a Query) -> Opti
     from_header.or_else(|| query.get("access_token").filter(|t| !t.is_empty()))
 }
 
+/// Whether the request asks for a WebSocket upgrade.
+pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
 /// Scheme and host the client used, for audience checks (`X-Forwarded-*` from a proxy first).
 pub(crate) fn request_origin(headers: &HeaderMap, uri: &Uri) -> (String, String) {
     let header_text = |name: &str| {
@@ -104,7 +114,7 @@ pub(crate) fn request_origin(headers: &HeaderMap, uri: &Uri) -> (String, String)
 
 /// Verifies a bearer token whose audience must match `path` + `query` on this host.
 pub(crate) fn authenticate(
-    node: &Node,
+    keys: &AccessKeys,
     token: Option<&str>,
     headers: &HeaderMap,
     uri: &Uri,
@@ -119,7 +129,36 @@ pub(crate) fn authenticate(
         path,
         query,
     };
-    verify_token(token, node.keys(), unix_now(), |aud| {
+    verify_token(token, keys, unix_now(), |aud| {
         audience_matches(aud, &target)
     })
+}
+
+/// The hub endpoints' common check (`/client/`, `/server/`): exactly one valid `hub`, and a
+/// bearer token whose audience is `{path}?hub={hub}` on this host.
+pub(crate) fn authorize_hub(
+    keys: &AccessKeys,
+    request: &axum::http::request::Parts,
+    query: &Query,
+    path: &str,
+) -> Result<(HubName, VerifiedToken), TextError> {
+    if query.count("hub") != 1 {
+        return Err(TextError::new(
+            StatusCode::BAD_REQUEST,
+            "exactly one 'hub' query parameter is required",
+        ));
+    }
+    let hub = HubName::new(query.get("hub").unwrap_or_default(), None)
+        .map_err(|e| TextError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let audience_query = format!("hub={}", hub.as_str());
+    let token = authenticate(
+        keys,
+        bearer_token(&request.headers, query),
+        &request.headers,
+        &request.uri,
+        path,
+        Some(&audience_query),
+    )
+    .map_err(|e| TextError::new(StatusCode::UNAUTHORIZED, e.to_string()))?;
+    Ok((hub, token))
 }

@@ -1,61 +1,169 @@
 //! The Switchyard service as a library: everything one node does, over a bound listener.
 //!
 //! # Layout
-//! - [`config`]: the settings tree with defaults and validation.
-//! - [`node`]: [`Node`], the shared state of one service node, and its executor: every
-//!   operation REST (and later the service protocol) performs goes through it.
-//! - `client`: the client endpoint — negotiate, WebSockets, Server-Sent Events, long polling,
-//!   and the hub-protocol session each transport feeds.
-//! - `server`: Default mode — the app-server endpoint `/server` (Azure's service protocol),
-//!   pinning clients to app-server connections and relaying their traffic.
-//! - `upstream`: serverless upstream webhooks — client events and invocations POSTed to the
-//!   app's endpoint, invocation results relayed back.
-//! - `rest`: the data-plane REST API (2022-06-01, v1, v1-preview), thin adapters over the executor.
-//! - [`metrics`]: every exported metric, served at `GET /metrics`.
-//! - `cors`: cross-origin access for browsers, a middleware in front of every route.
-//! - [`serve`]: runs the HTTP server on a listener until a shutdown future completes.
+//! Modules are layered; each uses only those in lower layers (checked by
+//! `scripts/module-cycles.py`):
+//! 0. leaves: [`config`] (settings, validated once), [`metrics`], `http` (query parsing,
+//!    token checks against the keys), `cors`.
+//! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
+//!    miss) and [`executor`] (applies commands through the router and the backplane).
+//! 2. features, written against narrow views of a client: `default_mode` (app-server
+//!    connections, clients pinned to them, client results) and `upstream` (serverless
+//!    webhooks).
+//! 3. endpoints: `client` (negotiate, the three transports, the client table), `server` (the
+//!    app-server endpoint `/server`), `rest` (the data-plane REST API).
+//! 4. wiring, here: [`Node`], [`routes`], [`serve`].
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 mod client;
+pub mod command;
 pub mod config;
 mod cors;
+mod default_mode;
+pub mod executor;
+#[cfg(feature = "fuzzing")]
+mod fuzz_support;
 /// Exists for the fuzz targets in `fuzz/` only (wrappers over crate-private parsers); not an API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
 pub mod metrics;
-pub mod node;
 mod rest;
 mod server;
 mod upstream;
 
-pub use config::Config;
-pub use node::Node;
+pub use command::{Check, Command, Missing};
+pub use config::{Config, ValidConfig};
+pub use executor::Executor;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router as HttpRouter;
+use switchyard_auth::AccessKeys;
+use switchyard_backplane::{Backplane, MemoryBackplane, NodeId};
 use tokio::net::TcpListener;
+
+use client::Clients;
+use default_mode::DefaultMode;
+use metrics::Metrics;
+use server::AppServers;
+use upstream::Upstream;
 
 /// How long shutdown waits for clients to receive their Close message.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
 /// How long in-flight responses may take after the drain before the server stops anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
+/// One service node: the executor, and the endpoints and features over it.
+pub struct Node {
+    executor: Arc<Executor>,
+    clients: Arc<Clients>,
+    app_servers: Arc<AppServers>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Node {
+    /// A node on the in-memory backplane (a single-node deployment).
+    pub fn new(config: ValidConfig) -> Arc<Node> {
+        Node::with_backplane(config, Arc::new(MemoryBackplane::new()), "node-1".into())
+    }
+
+    /// A node on the given backplane; several nodes may share one.
+    pub fn with_backplane(
+        config: ValidConfig,
+        backplane: Arc<dyn Backplane>,
+        node_id: NodeId,
+    ) -> Arc<Node> {
+        let metrics = Arc::new(Metrics::default());
+        let default_mode = Arc::new(DefaultMode::new(&config, node_id.clone()));
+        let executor = Arc::new(Executor::new(config, backplane, node_id, metrics.clone()));
+        let upstream = Upstream::new(executor.config(), executor.keys().clone(), metrics.clone());
+        let clients = Arc::new(Clients::new(
+            executor.clone(),
+            default_mode.clone(),
+            upstream,
+        ));
+        let app_servers = Arc::new(AppServers {
+            executor: executor.clone(),
+            default_mode,
+        });
+        Arc::new(Node {
+            executor,
+            clients,
+            app_servers,
+            metrics,
+        })
+    }
+
+    pub fn config(&self) -> &ValidConfig {
+        self.executor.config()
+    }
+
+    pub fn keys(&self) -> &AccessKeys {
+        self.executor.keys()
+    }
+
+    /// What REST and app servers call: sends, closes, groups, checks.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    pub fn client_connection_count(&self) -> usize {
+        self.clients.count()
+    }
+
+    /// App-server connections on this node, all hubs.
+    pub fn server_connection_count(&self) -> usize {
+        self.app_servers.default_mode.servers.count()
+    }
+
+    /// Closes every client (allow-reconnect) and waits up to `drain` for them to go.
+    pub async fn close_all_clients(&self, drain: Duration) {
+        self.clients.close_all(drain).await;
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn clients(&self) -> &Arc<Clients> {
+        &self.clients
+    }
+
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn default_mode(&self) -> &Arc<DefaultMode> {
+        &self.app_servers.default_mode
+    }
+
+    /// Every second: timeouts, inactivity, expired tokens, expired user-group memberships,
+    /// client invocations that waited too long.
+    async fn heartbeat(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.clients.check_timers();
+            let now = Instant::now();
+            self.executor.sweep(now);
+            self.app_servers.default_mode.sweep(now);
+        }
+    }
+}
+
 /// The service's HTTP routes for a node, behind the CORS middleware (which also answers
 /// preflights for paths no route serves).
 pub fn routes(node: Arc<Node>) -> HttpRouter {
     let cors = Arc::new(cors::CorsPolicy::new(&node.config().cors));
     HttpRouter::new()
-        .merge(client::routes())
-        .merge(rest::routes())
-        .merge(server::routes())
-        .route("/metrics", axum::routing::get(metrics))
+        .merge(client::routes().with_state(node.clients.clone()))
+        .merge(rest::routes().with_state(node.executor.clone()))
+        .merge(server::routes().with_state(node.app_servers.clone()))
+        .route(
+            "/metrics",
+            axum::routing::get(metrics).with_state(node.metrics.clone()),
+        )
         .fallback(no_route)
-        .with_state(node)
         .layer(axum::middleware::from_fn_with_state(cors, cors::layer))
 }
 
@@ -70,14 +178,14 @@ async fn no_route() -> axum::response::Response {
 
 /// Prometheus text exposition of the node's metrics.
 async fn metrics(
-    axum::extract::State(node): axum::extract::State<Arc<Node>>,
+    axum::extract::State(metrics): axum::extract::State<Arc<Metrics>>,
 ) -> impl axum::response::IntoResponse {
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        node.metrics.encode(),
+        metrics.encode(),
     )
 }
 

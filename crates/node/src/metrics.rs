@@ -47,6 +47,8 @@ pub struct Metrics {
     pub rest_requests: Family<StatusLabel, Counter>,
     /// App-server (service protocol) connections after their handshake.
     pub server_connections: Gauge,
+    /// App-server connections ended, by reason (`closed` when the app server closed it).
+    pub server_connections_closed: Family<ReasonLabel, Counter>,
     /// Service-protocol messages received from app servers.
     pub server_messages_received: Counter,
     /// Upstream webhook requests, by category and outcome.
@@ -63,6 +65,7 @@ impl Default for Metrics {
         let frames_delivered = Counter::<u64, AtomicU64>::default();
         let rest_requests = Family::<StatusLabel, Counter>::default();
         let server_connections = Gauge::default();
+        let server_connections_closed = Family::<ReasonLabel, Counter>::default();
         let server_messages_received = Counter::<u64, AtomicU64>::default();
         let upstream_requests = Family::<UpstreamLabel, Counter>::default();
         registry.register(
@@ -101,6 +104,11 @@ impl Default for Metrics {
             server_connections.clone(),
         );
         registry.register(
+            "server_connections_closed",
+            "App-server connections ended, by reason (closed, protocol_error, server_timeout, socket_error, slow_consumer)",
+            server_connections_closed.clone(),
+        );
+        registry.register(
             "server_messages_received",
             "Service-protocol messages received from app servers",
             server_messages_received.clone(),
@@ -119,6 +127,7 @@ impl Default for Metrics {
             frames_delivered,
             rest_requests,
             server_connections,
+            server_connections_closed,
             server_messages_received,
             upstream_requests,
         }

@@ -770,8 +770,11 @@ async fn a_handshake_after_a_refused_one() {
         assert_eq!(posted.status(), 200);
     }
     let hub = switchyard_core::HubName::new(HUB, None).unwrap();
-    let id = switchyard_core::ConnectionId::new(&negotiated.connection_id).unwrap();
-    assert!(!server.node.connection_exists(&hub, &id), "joined the hub");
+    let exists = switchyard_node::Check::connection(&negotiated.connection_id).unwrap();
+    assert!(
+        server.node.executor().execute(&hub, exists).is_err(),
+        "joined the hub"
+    );
     let poll = within(
         "a long poll",
         WAIT,

@@ -51,12 +51,12 @@ async fn long_polling_messagepack_and_close_via_api() {
     assert_eq!(&http.poll(&id).await.bytes().await.unwrap()[..], b"{}\x1e");
     let hub = switchyard_core::HubName::new("chat", None).unwrap();
     let user = switchyard_core::UserId::new("u1").unwrap();
-    server.node.close(
-        &hub,
-        switchyard_core::Target::User(user),
-        vec![],
-        Some("bye".into()),
-    );
+    let close = switchyard_node::Command::Close {
+        target: switchyard_core::Target::User(user),
+        excluded: vec![],
+        reason: Some("bye".into()),
+    };
+    server.node.executor().execute(&hub, close).unwrap();
     let close = http.poll(&id).await;
     assert_eq!(close.status(), 200);
     let body = close.bytes().await.unwrap();

@@ -45,7 +45,7 @@ impl Server {
     async fn start_with(config: Config) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let node = Node::new(config);
+        let node = Node::new(config.validate().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(switchyard_node::serve(listener, node.clone(), async move {
             let _ = rx.await;

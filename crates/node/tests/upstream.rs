@@ -195,7 +195,7 @@ fn config(templates: Vec<UpstreamTemplate>, timeout: Duration) -> Config {
     config.upstream.templates = templates;
     config.upstream.timeout = timeout;
     config.upstream.max_response_size = MAX_RESPONSE;
-    config.validate().unwrap();
+    config.clone().validate().unwrap();
     config
 }
 

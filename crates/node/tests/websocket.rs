@@ -126,13 +126,19 @@ async fn id_less_websocket_with_bearer_token_works() {
     let user = switchyard_core::UserId::new("alice").unwrap();
     let hub = switchyard_core::HubName::new("chat", None).unwrap();
     eventually("user registered", WAIT, || {
-        server.node.user_exists(&hub, &user)
+        server
+            .node
+            .executor()
+            .execute(
+                &hub,
+                switchyard_node::Command::Check(switchyard_node::Check::User(user.clone())),
+            )
+            .is_ok()
     })
     .await;
-    let payloads = server.node.encode_invocation(&hub, "direct", &[json!(1)]);
-    server
-        .node
-        .send(&hub, switchyard_core::Target::User(user), payloads);
+    let executor = server.node.executor();
+    let payloads = executor.encode_invocation(&hub, "direct", &[json!(1)]);
+    executor.send(&hub, switchyard_core::Target::User(user), payloads);
     assert_eq!(
         expect_invocation(&mut client, "direct").await,
         vec![json!(1)]

@@ -11,6 +11,7 @@
 //!   (shortest encodings, fixed int32 for ConnectionFlowControl, ext keys 1..=6 in order
 //!   and only on the message types that carry them, since the SDK's reader desyncs
 //!   otherwise).
+//! - [`encode_group_member_page`]: the GroupMemberQuery answer's payload.
 //! - [`DecodeError`], [`FrameError`]: typed errors naming message type and field.
 //!
 //! Decoding never panics and never allocates more than the input could hold; skipped
@@ -23,6 +24,7 @@ mod encode;
 mod error;
 mod ext;
 mod framing;
+mod members;
 mod message;
 mod read;
 mod write;
@@ -33,6 +35,7 @@ pub use decode::decode;
 pub use encode::{encode, encode_body, encoded, encoded_len};
 pub use error::{DecodeError, FieldProblem, FrameError};
 pub use framing::FrameReader;
+pub use members::{encode_group_member_page, GroupMember};
 pub use message::*;
 
 /// The protocol version sent in [`HandshakeRequest::version`].

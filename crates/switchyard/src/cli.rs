@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use switchyard_auth::{client_audience, TokenBuilder};
-use switchyard_node::{Config, Node};
+use switchyard_node::{Node, ValidConfig};
 
 use crate::settings;
 
@@ -132,7 +132,7 @@ pub fn run() -> Result<ExitCode, String> {
     }
 }
 
-fn load(args: &SettingsArgs) -> Result<Config, String> {
+fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
     let text = match &args.config {
         Some(path) => Some(
             std::fs::read_to_string(path)

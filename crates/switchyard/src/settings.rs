@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use switchyard_node::Config;
+use switchyard_node::{Config, ValidConfig};
 use toml::{Table, Value};
 
 /// Variables that are not settings but are still ours.
@@ -105,7 +105,7 @@ pub fn assemble(
     file: Option<(&str, &str)>,
     env: impl IntoIterator<Item = (String, String)>,
     overrides: &[(String, String)],
-) -> Result<Config, String> {
+) -> Result<ValidConfig, String> {
     let known = known_keys();
     let mut table = match file {
         Some((text, origin)) => text
@@ -153,8 +153,7 @@ pub fn assemble(
     let config: Config = Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| format!("{origin}: {}", e.message()))?;
-    config.validate().map_err(|e| e.to_string())?;
-    Ok(config)
+    config.validate().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -171,7 +170,7 @@ mod tests {
     #[test]
     fn defaults_without_anything() {
         let config = assemble(None, env(&[("PATH", "/bin")]), &[]).unwrap();
-        assert_eq!(config, Config::default());
+        assert_eq!(*config, Config::default());
     }
 
     #[test]

@@ -12,9 +12,8 @@ use switchyard_core::CloseReason;
 use switchyard_router::Batch;
 use tokio::sync::oneshot;
 
-use super::{ClientConnection, Transport};
+use super::{ClientConnection, Clients, Transport};
 use crate::http::text_error;
-use crate::node::Node;
 
 /// Transport flags and long-polling bookkeeping of one connection.
 #[derive(Default)]
@@ -56,15 +55,15 @@ fn no_cache(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
         .into_response()
 }
 
-pub(super) async fn poll(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
-    if let Err(error) = client.start_transport(&node, Transport::LongPolling) {
+pub(super) async fn poll(clients: Arc<Clients>, client: Arc<ClientConnection>) -> Response {
+    if let Err(error) = client.start_transport(&clients, Transport::LongPolling) {
         return error.into_response();
     }
     let state = &client.poll;
     if !state.started.swap(true, Ordering::AcqRel) {
         state
             .last_poll_end_ms
-            .store(node.now_ms(), Ordering::Relaxed);
+            .store(clients.now_ms(), Ordering::Relaxed);
         return no_cache(StatusCode::OK, "application/octet-stream", Bytes::new());
     }
     let (cancel_tx, cancel_rx) = oneshot::channel();
@@ -78,17 +77,17 @@ pub(super) async fn poll(node: Arc<Node>, client: Arc<ClientConnection>) -> Resp
     };
     // Runs when the poll answers or when the client abandons it (the future is dropped).
     let _end = PollEnd {
-        node: &node,
+        clients: &clients,
         state,
         generation,
     };
-    wait_for_data(&node, &client, cancel_rx).await
+    wait_for_data(&clients, &client, cancel_rx).await
 }
 
 /// Marks the end of the newest poll: an older poll that a newer one superseded leaves the
 /// newer one's state alone.
 struct PollEnd<'a> {
-    node: &'a Node,
+    clients: &'a Clients,
     state: &'a PollState,
     generation: u64,
 }
@@ -99,15 +98,15 @@ impl Drop for PollEnd<'_> {
         if self.state.generation.load(Ordering::Acquire) == self.generation {
             self.state
                 .last_poll_end_ms
-                .store(self.node.now_ms(), Ordering::Relaxed);
+                .store(self.clients.now_ms(), Ordering::Relaxed);
             self.state.active.store(false, Ordering::Relaxed);
         }
     }
 }
 
 async fn wait_for_data(
-    node: &Node,
-    client: &ClientConnection,
+    clients: &Clients,
+    client: &Arc<ClientConnection>,
     cancelled: oneshot::Receiver<()>,
 ) -> Response {
     let outbound = client.connection.outbound();
@@ -117,7 +116,7 @@ async fn wait_for_data(
         biased;
         _ = cancelled => return no_cache(StatusCode::NO_CONTENT, "text/plain", Bytes::new()),
         next = outbound.next_batch(&mut batch) => next,
-        _ = tokio::time::sleep(node.config.timeouts.long_poll_timeout) => {
+        _ = tokio::time::sleep(clients.config().timeouts.long_poll_timeout) => {
             return no_cache(StatusCode::OK, "text/plain", Bytes::new());
         }
     };
@@ -142,7 +141,7 @@ async fn wait_for_data(
             match close {
                 Some(frame) => no_cache(StatusCode::OK, "application/octet-stream", frame),
                 None => {
-                    node.finish(client);
+                    clients.finish(client);
                     no_cache(StatusCode::NO_CONTENT, "text/plain", Bytes::new())
                 }
             }
@@ -150,7 +149,7 @@ async fn wait_for_data(
     }
 }
 
-pub(super) fn delete(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
+pub(super) fn delete(clients: Arc<Clients>, client: Arc<ClientConnection>) -> Response {
     if client.transport() != Some(Transport::LongPolling) {
         return text_error(
             StatusCode::BAD_REQUEST,
@@ -158,7 +157,7 @@ pub(super) fn delete(node: Arc<Node>, client: Arc<ClientConnection>) -> Response
         );
     }
     // A pending poll sees the close and answers 204.
-    node.finish(&client);
+    clients.finish(&client);
     (
         StatusCode::ACCEPTED,
         [(header::CONTENT_TYPE, "text/plain")],

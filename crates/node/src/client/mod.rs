@@ -1,6 +1,7 @@
 //! The client endpoint `/client/?hub=`: negotiate and the three transports.
 //!
 //! # Layout
+//! - `registry`: [`Clients`], the endpoint's state: the client table, timers, ends.
 //! - `negotiate`: `POST /client/negotiate`, versions 0 and 1.
 //! - `session`: the hub-protocol side every transport feeds (handshake, pings, close).
 //! - `websocket`, `sse`, `longpoll`: one module per transport.
@@ -8,9 +9,12 @@
 
 mod longpoll;
 mod negotiate;
+mod registry;
 mod session;
 mod sse;
 mod websocket;
+
+pub(crate) use registry::Clients;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -25,10 +29,9 @@ use switchyard_auth::{generate_connection_token, VerifiedToken};
 use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
 use switchyard_router::{Connection, Hub};
 
-use crate::http::{authenticate, bearer_token, text_error, Query, TextError};
-use crate::node::Node;
-use crate::server::link::{ConnectInfo, DefaultLink};
-use crate::upstream::ClientUpstream;
+use crate::default_mode::{ConnectInfo, DefaultLink, LinkedClient};
+use crate::http::{authorize_hub, is_websocket_upgrade, text_error, Query, TextError};
+use crate::upstream::{ClientUpstream, UpstreamClient};
 
 pub(crate) use session::Inbound;
 
@@ -91,14 +94,15 @@ pub(crate) struct ClientConnection {
 
 impl ClientConnection {
     pub(crate) fn new(
-        node: &Node,
+        clients: &Clients,
         key: String,
         id: ConnectionId,
         hub: Arc<Hub>,
         token: VerifiedToken,
     ) -> Arc<ClientConnection> {
         let user = token.user_id().and_then(|u| UserId::new(u).ok());
-        let timeouts = &node.config.timeouts;
+        let config = clients.config();
+        let timeouts = &config.timeouts;
         let handshake_timeout = token
             .handshake_timeout_secs()
             .map_or(timeouts.handshake_timeout, |s| {
@@ -110,22 +114,22 @@ impl ClientConnection {
                 Duration::from_secs(s.into())
             });
         let allowed_transports = token.allowed_transports().unwrap_or(0b111);
-        let link = node
+        let link = clients
             .serves_default_mode(hub.name(), &token)
             .then(|| DefaultLink::new(&token));
-        let upstream = match (&link, &node.upstream) {
+        let upstream = match (&link, &clients.upstream) {
             (None, Some(upstream)) if upstream.serves_hub(hub.name().as_str()) => {
                 Some(ClientUpstream::new(&token))
             }
             _ => None,
         };
-        let now = node.now_ms();
+        let now = clients.now_ms();
         Arc::new(ClientConnection {
             key: key.into_boxed_str(),
             connection: Arc::new(Connection::new(
                 id,
                 user,
-                node.config.limits.max_pending_bytes_per_connection,
+                config.limits.max_pending_bytes_per_connection,
             )),
             hub,
             close_at_unix: token.close_on_auth_expiry().unwrap_or(i64::MAX),
@@ -169,7 +173,7 @@ impl ClientConnection {
     /// fixed before or the token does not allow this one.
     pub(crate) fn start_transport(
         &self,
-        node: &Node,
+        clients: &Clients,
         transport: Transport,
     ) -> Result<(), TextError> {
         if self.allowed_transports & transport as u8 == 0 {
@@ -187,7 +191,8 @@ impl ClientConnection {
             transport
         });
         if first {
-            node.metrics
+            clients
+                .metrics()
                 .client_connections
                 .get_or_create(&crate::metrics::TransportLabel {
                     transport: transport.name(),
@@ -202,7 +207,7 @@ impl ClientConnection {
         }
         let _ = self.started_ms.compare_exchange(
             0,
-            node.now_ms().max(1),
+            clients.now_ms().max(1),
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
@@ -219,8 +224,13 @@ impl ClientConnection {
     }
 
     /// What is due on this connection now, if anything.
-    pub(crate) fn check_timers(&self, node: &Node, now_ms: u64, now_unix: i64) -> Option<Expiry> {
-        let timeouts = &node.config.timeouts;
+    pub(crate) fn check_timers(
+        &self,
+        clients: &Clients,
+        now_ms: u64,
+        now_unix: i64,
+    ) -> Option<Expiry> {
+        let timeouts = &clients.config().timeouts;
         // A slow consumer's writer may be stuck in a socket write; leave the hub now.
         if let Some(CloseReason::SlowConsumer { .. }) = self.connection.outbound().close_reason() {
             return Some(Expiry::Discard);
@@ -254,6 +264,46 @@ impl ClientConnection {
     }
 }
 
+impl LinkedClient for ClientConnection {
+    fn connection(&self) -> &Arc<Connection> {
+        &self.connection
+    }
+
+    fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    fn link(&self) -> &Mutex<Option<Box<DefaultLink>>> {
+        &self.link
+    }
+
+    fn is_finished(&self) -> bool {
+        ClientConnection::is_finished(self)
+    }
+
+    fn handshake_done(&self) -> bool {
+        ClientConnection::handshake_done(self)
+    }
+
+    fn mark_handshake_done(&self) {
+        ClientConnection::mark_handshake_done(self)
+    }
+}
+
+impl UpstreamClient for ClientConnection {
+    fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    fn hub_name(&self) -> &HubName {
+        self.hub.name()
+    }
+
+    fn upstream(&self) -> Option<&ClientUpstream> {
+        self.upstream.as_deref()
+    }
+}
+
 /// Milliseconds, saturating at `u32::MAX` (about 49 days).
 fn millis(duration: Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
@@ -262,7 +312,7 @@ fn millis(duration: Duration) -> u32 {
 /// Creates and registers a connection. `by_token`: clients find it by a separate secret token
 /// (negotiate v1) rather than by its connection id (v0, and connections without negotiate).
 pub(crate) fn create_client(
-    node: &Node,
+    clients: &Clients,
     hub: &HubName,
     token: VerifiedToken,
     by_token: bool,
@@ -274,7 +324,7 @@ pub(crate) fn create_client(
         )
     };
     // Checked before any work so a flood of connects costs little.
-    if node.at_connection_limit() {
+    if clients.at_connection_limit() {
         return Err(full());
     }
     let id = generate_connection_token();
@@ -284,14 +334,15 @@ pub(crate) fn create_client(
     } else {
         id
     };
-    let client = ClientConnection::new(node, key, connection_id, node.router.hub(hub), token);
-    if !node.insert_client(client.clone()) {
+    let hub = clients.executor.router().hub(hub);
+    let client = ClientConnection::new(clients, key, connection_id, hub, token);
+    if !clients.insert(client.clone()) {
         return Err(full());
     }
     Ok(client)
 }
 
-pub(crate) fn routes() -> axum::Router<Arc<Node>> {
+pub(crate) fn routes() -> axum::Router<Arc<Clients>> {
     axum::Router::new()
         .route("/client/negotiate", any(negotiate::negotiate))
         .route("/client/negotiate/", any(negotiate::negotiate))
@@ -301,37 +352,18 @@ pub(crate) fn routes() -> axum::Router<Arc<Node>> {
 
 /// Validates `hub` (exactly one, valid name) and the bearer token for the client audience.
 pub(crate) fn authorize_client(
-    node: &Node,
+    clients: &Clients,
     request: &axum::http::request::Parts,
     query: &Query,
 ) -> Result<(HubName, VerifiedToken), TextError> {
-    if query.count("hub") != 1 {
-        return Err(TextError::new(
-            StatusCode::BAD_REQUEST,
-            "exactly one 'hub' query parameter is required",
-        ));
-    }
-    let hub_text = query.get("hub").unwrap_or_default();
-    let hub = HubName::new(hub_text, None)
-        .map_err(|e| TextError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-    let audience_query = format!("hub={}", hub.as_str());
-    let token = authenticate(
-        node,
-        bearer_token(&request.headers, query),
-        &request.headers,
-        &request.uri,
-        "/client/",
-        Some(&audience_query),
-    )
-    .map_err(|e| TextError::new(StatusCode::UNAUTHORIZED, e.to_string()))?;
-    Ok((hub, token))
+    authorize_hub(clients.executor.keys(), request, query, "/client/")
 }
 
 /// `{base}` requests: WebSocket upgrade, SSE stream, long poll, send, or delete.
-async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
+async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     let query = Query::parse(&parts.uri);
-    let (hub, token) = match authorize_client(&node, &parts, &query) {
+    let (hub, token) = match authorize_client(&clients, &parts, &query) {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
@@ -339,23 +371,18 @@ async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
         .get("id")
         .filter(|id| !id.is_empty())
         .map(str::to_string);
-    let is_upgrade = parts
-        .headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    if parts.method == Method::GET && is_upgrade {
+    if parts.method == Method::GET && is_websocket_upgrade(&parts.headers) {
         let upgrade =
-            match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &node).await {
+            match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &clients).await {
                 Ok(upgrade) => upgrade,
                 Err(rejection) => return axum::response::IntoResponse::into_response(rejection),
             };
-        return websocket::connect(node, hub, token, id, upgrade, &parts);
+        return websocket::connect(clients, hub, token, id, upgrade, &parts);
     }
     let Some(id) = id else {
         return text_error(StatusCode::BAD_REQUEST, "Connection ID required");
     };
-    let client = match node.client(&id) {
+    let client = match clients.get(&id) {
         Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
         _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
     };
@@ -368,10 +395,10 @@ async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
         client.set_connect_info(&parts);
     }
     match parts.method {
-        Method::GET if wants_sse => sse::stream(node, client),
-        Method::GET => longpoll::poll(node, client).await,
-        Method::POST => session::send(node, client, body).await,
-        Method::DELETE => longpoll::delete(node, client),
+        Method::GET if wants_sse => sse::stream(clients, client),
+        Method::GET => longpoll::poll(clients, client).await,
+        Method::POST => session::send(clients, client, body).await,
+        Method::DELETE => longpoll::delete(clients, client),
         _ => text_error(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
     }
 }

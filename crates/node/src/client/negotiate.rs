@@ -7,17 +7,16 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{authorize_client, create_client, Transport};
+use super::{authorize_client, create_client, Clients, Transport};
 use crate::http::{text_error, Query};
-use crate::node::Node;
 
-pub(super) async fn negotiate(State(node): State<Arc<Node>>, request: Request) -> Response {
+pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
     if parts.method != Method::POST {
         return text_error(StatusCode::METHOD_NOT_ALLOWED, "negotiate requires POST");
     }
     let query = Query::parse(&parts.uri);
-    let (hub, token) = match authorize_client(&node, &parts, &query) {
+    let (hub, token) = match authorize_client(&clients, &parts, &query) {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
@@ -38,7 +37,7 @@ pub(super) async fn negotiate(State(node): State<Arc<Node>>, request: Request) -
         },
     };
     let allowed = token.allowed_transports().unwrap_or(0b111);
-    let client = match create_client(&node, &hub, token, version >= 1) {
+    let client = match create_client(&clients, &hub, token, version >= 1) {
         Ok(client) => client,
         Err(error) => return error.into_response(),
     };

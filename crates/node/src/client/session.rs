@@ -12,13 +12,13 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
-    encode_close, handshake, peek, Format, FrameSplitter, HandshakeError, RECORD_SEPARATOR,
+    encode_close, handshake, message_type, peek, Format, FrameSplitter, HandshakeError,
+    RECORD_SEPARATOR,
 };
 
-use super::{ClientConnection, Transport};
+use super::{ClientConnection, Clients, Transport};
+use crate::default_mode::LinkedClient;
 use crate::http::text_error;
-use crate::node::Node;
-use crate::server::link::framing;
 
 /// Parse state of what the client sent so far.
 pub(crate) struct Inbound {
@@ -43,17 +43,12 @@ impl Inbound {
     }
 }
 
-const TYPE_INVOCATION: u8 = 1;
-const TYPE_STREAM_INVOCATION: u8 = 4;
-const TYPE_PING: u8 = 6;
-const TYPE_CLOSE: u8 = 7;
-
 impl ClientConnection {
     /// Processes bytes from the client. An error means the connection must close for that
     /// reason; the caller closes it.
     pub(crate) fn receive(
-        &self,
-        node: &Node,
+        self: &Arc<Self>,
+        clients: &Clients,
         inbound: &mut Inbound,
         data: &[u8],
     ) -> Result<(), CloseReason> {
@@ -64,27 +59,27 @@ impl ClientConnection {
             return Ok(());
         }
         self.last_received_ms
-            .store(node.now_ms(), Ordering::Relaxed);
+            .store(clients.now_ms(), Ordering::Relaxed);
         inbound.buffer.extend_from_slice(data);
         if inbound.splitter.is_none() {
-            let max = node.config.limits.max_client_message_size;
+            let max = clients.config().limits.max_client_message_size;
             // The handshake ends at the first separator: parse only once one has arrived.
             if !data.contains(&RECORD_SEPARATOR) && inbound.buffer.len() <= max {
                 return Ok(());
             }
-            match self.handshake(node, &mut inbound.buffer)? {
+            match self.handshake(clients, &mut inbound.buffer)? {
                 Some((splitter, forward)) => {
                     inbound.splitter = Some(splitter);
                     inbound.forward = forward;
-                    if !forward {
-                        crate::upstream::client_opened(node, self);
+                    if let (false, Some(upstream)) = (forward, &clients.upstream) {
+                        upstream.client_opened(self);
                     }
                 }
                 None => return Ok(()),
             }
         }
         if inbound.forward {
-            return self.forward(node, inbound);
+            return self.forward(clients, inbound);
         }
         let splitter = inbound.splitter.as_ref().expect("handshake done");
         let format = splitter.format();
@@ -95,20 +90,21 @@ impl ClientConnection {
             let Some(frame) = frame else {
                 break;
             };
-            node.metrics.messages_received.inc();
+            clients.metrics().messages_received.inc();
             let message = peek(format, frame.body())
                 .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
             match message.message_type {
-                TYPE_PING => self.client_pings.store(true, Ordering::Relaxed),
-                TYPE_CLOSE => return Err(CloseReason::ClientClosed),
+                message_type::PING => self.client_pings.store(true, Ordering::Relaxed),
+                message_type::CLOSE => return Err(CloseReason::ClientClosed),
                 // To the upstream, if one takes it; else the client is closed.
-                TYPE_INVOCATION | TYPE_STREAM_INVOCATION => crate::upstream::client_invoked(
-                    node,
-                    self,
-                    format,
-                    &message,
-                    frame.body_bytes(),
-                )?,
+                message_type::INVOCATION | message_type::STREAM_INVOCATION => {
+                    match &clients.upstream {
+                        Some(upstream) => {
+                            upstream.client_invoked(self, format, &message, frame.body_bytes())?
+                        }
+                        None => return Err(CloseReason::InvocationNotSupported),
+                    }
+                }
                 // Completions, stream items, cancels, acks: nothing to act on in serverless mode.
                 _ => {}
             }
@@ -124,7 +120,7 @@ impl ClientConnection {
 
     /// Default mode: sends every whole message to the app server (one ConnectionData per read,
     /// so the app server sees the client's messages in order and batched as they came).
-    fn forward(&self, node: &Node, inbound: &mut Inbound) -> Result<(), CloseReason> {
+    fn forward(&self, clients: &Clients, inbound: &mut Inbound) -> Result<(), CloseReason> {
         let splitter = inbound.splitter.as_ref().expect("handshake done");
         let format = splitter.format();
         let mut frames: Vec<Bytes> = Vec::new();
@@ -142,7 +138,7 @@ impl ClientConnection {
                         break;
                     }
                 };
-            node.metrics.messages_received.inc();
+            clients.metrics().messages_received.inc();
             let message = match peek(format, frame.body()) {
                 Ok(message) => message,
                 Err(e) => {
@@ -150,11 +146,11 @@ impl ClientConnection {
                     break;
                 }
             };
-            if message.message_type == TYPE_PING {
+            if message.message_type == message_type::PING {
                 self.client_pings.store(true, Ordering::Relaxed);
             }
             frames.push(frame.framed);
-            if message.message_type == TYPE_CLOSE {
+            if message.message_type == message_type::CLOSE {
                 closing = true;
                 break;
             }
@@ -195,11 +191,11 @@ impl ClientConnection {
     /// joins its hub and either the response is queued (serverless) or the request goes to the
     /// client's app server, which answers it (Default mode; the `bool` is then true).
     fn handshake(
-        &self,
-        node: &Node,
+        self: &Arc<Self>,
+        clients: &Clients,
         buffer: &mut BytesMut,
     ) -> Result<Option<(FrameSplitter, bool)>, CloseReason> {
-        let max = node.config.limits.max_client_message_size;
+        let max = clients.config().limits.max_client_message_size;
         let (request, consumed) = match handshake::parse_request(buffer, max) {
             Ok(Some(parsed)) => parsed,
             Ok(None) => return Ok(None),
@@ -216,7 +212,7 @@ impl ClientConnection {
         let protocol = Protocol::from_name(&request.protocol);
         // Default mode relays bytes only, so it also carries protocols it cannot encode.
         let format = if self.link.lock().is_some() {
-            framing(&protocol)
+            Format::for_relay(&protocol)
         } else {
             Format::from_protocol(&protocol)
         };
@@ -240,7 +236,7 @@ impl ClientConnection {
         }
         if self.link.lock().is_some() {
             return self
-                .open_default(node, protocol, &request.protocol, raw_request)
+                .open_default(clients, protocol, &request.protocol, raw_request)
                 .map(|()| Some((FrameSplitter::new(format, max), true)));
         }
         self.connection.set_protocol(protocol);
@@ -265,18 +261,16 @@ impl ClientConnection {
     /// Default mode: pins the client to a server connection, announces it and hands over its
     /// handshake request. The app server's answer is relayed when it comes.
     fn open_default(
-        &self,
-        node: &Node,
+        self: &Arc<Self>,
+        clients: &Clients,
         protocol: Protocol,
         protocol_name: &str,
         raw_request: Bytes,
     ) -> Result<(), CloseReason> {
-        let Some(me) = node.client(&self.key) else {
-            return Err(CloseReason::ClientClosed);
-        };
         let mut guard = self.link.lock();
         let link = guard.as_mut().expect("checked by the caller");
-        let server = node
+        let server = clients
+            .default_mode
             .servers
             .pick(
                 self.hub.name(),
@@ -290,7 +284,8 @@ impl ClientConnection {
         if self.is_finished() {
             return Err(CloseReason::ClientClosed);
         }
-        if !link.open(&me, server, protocol_name, raw_request) {
+        let me: Arc<dyn LinkedClient> = self.clone();
+        if !link.open(me, server, protocol_name, raw_request) {
             return Err(CloseReason::AppServerGone);
         }
         Ok(())
@@ -349,7 +344,7 @@ impl ClientConnection {
                 ))),
             };
         }
-        let format = framing(self.connection.protocol()?)?;
+        let format = Format::for_relay(self.connection.protocol()?)?;
         Some(encode_close(
             format,
             reason.close_error().as_deref(),
@@ -359,14 +354,18 @@ impl ClientConnection {
 }
 
 /// `POST {base}?id=` for SSE and long polling: the body is hub-protocol bytes.
-pub(super) async fn send(node: Arc<Node>, client: Arc<ClientConnection>, body: Body) -> Response {
+pub(super) async fn send(
+    clients: Arc<Clients>,
+    client: Arc<ClientConnection>,
+    body: Body,
+) -> Response {
     if client.transport() == Some(Transport::WebSockets) {
         return text_error(
             StatusCode::METHOD_NOT_ALLOWED,
             "POST requests are not allowed for WebSocket connections.",
         );
     }
-    let limit = node.config.limits.max_request_body_size;
+    let limit = clients.config().limits.max_request_body_size;
     let data = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -382,7 +381,7 @@ pub(super) async fn send(node: Arc<Node>, client: Arc<ClientConnection>, body: B
     if client.is_finished() {
         return text_error(StatusCode::NOT_FOUND, "No Connection with that ID");
     }
-    if let Err(reason) = client.receive(&node, &mut inbound, &data) {
+    if let Err(reason) = client.receive(&clients, &mut inbound, &data) {
         client.connection.close(reason);
     }
     StatusCode::OK.into_response()
@@ -395,32 +394,34 @@ mod tests {
 
     use crate::client::create_client;
     use crate::config::Config;
-    use crate::node::Node;
+    use crate::Node;
 
     /// Found by the `client_session` fuzz target: after a refused handshake, a second one in
     /// a later read (a WebSocket frame read before the close, another POST) was accepted and
     /// joined the hub, on a connection that was closing.
     #[test]
     fn a_closing_connection_takes_no_more_bytes() {
-        let node = Node::new(Config::default());
+        let node = Node::new(Config::default().validate().unwrap());
         let hub = HubName::new("chat", None).unwrap();
         let token = VerifiedToken {
             claims: Vec::new(),
             expires_at: i64::MAX,
             audiences: Vec::new(),
         };
-        let client = create_client(&node, &hub, token, false).unwrap();
+        let clients = node.clients();
+        let client = create_client(clients, &hub, token, false).unwrap();
         let mut inbound = client.inbound.lock();
         let refused = b"{\"protocol\":\"nope\",\"version\":1}\x1e";
         let reason = client
-            .receive(&node, &mut inbound, refused)
+            .receive(clients, &mut inbound, refused)
             .expect_err("an unknown protocol is refused");
         client.connection.close(reason);
         let valid = b"{\"protocol\":\"json\",\"version\":1}\x1e";
-        assert_eq!(client.receive(&node, &mut inbound, valid), Ok(()));
+        assert_eq!(client.receive(clients, &mut inbound, valid), Ok(()));
         assert!(!client.handshake_done());
-        assert!(!node.connection_exists(&hub, client.connection.id()));
+        let exists = crate::command::Check::connection(client.connection.id().as_str()).unwrap();
+        assert!(node.executor().execute(&hub, exists).is_err());
         drop(inbound);
-        node.finish(&client);
+        clients.finish(&client);
     }
 }

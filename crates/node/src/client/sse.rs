@@ -14,10 +14,9 @@ use switchyard_hub_protocol::{ping, Format};
 use switchyard_router::Batch;
 use tokio::time::{sleep_until, Instant};
 
-use super::{ClientConnection, Transport};
-use crate::node::Node;
+use super::{ClientConnection, Clients, Transport};
 
-pub(super) fn stream(node: Arc<Node>, client: Arc<ClientConnection>) -> Response {
+pub(super) fn stream(clients: Arc<Clients>, client: Arc<ClientConnection>) -> Response {
     if client
         .poll
         .stream_active
@@ -28,12 +27,12 @@ pub(super) fn stream(node: Arc<Node>, client: Arc<ClientConnection>) -> Response
             "An event stream is already open for this ID",
         );
     }
-    if let Err(error) = client.start_transport(&node, Transport::ServerSentEvents) {
+    if let Err(error) = client.start_transport(&clients, Transport::ServerSentEvents) {
         return error.into_response();
     }
-    let keep_alive = node.config.timeouts.keep_alive_interval;
+    let keep_alive = clients.config().timeouts.keep_alive_interval;
     let state = StreamState {
-        guard: FinishOnDrop { node, client },
+        guard: FinishOnDrop { clients, client },
         batch: Vec::new(),
         last_write: Instant::now(),
         preamble_sent: false,
@@ -58,13 +57,13 @@ pub(super) fn stream(node: Arc<Node>, client: Arc<ClientConnection>) -> Response
 
 /// Ends the connection when the response stream is dropped (client gone or stream over).
 struct FinishOnDrop {
-    node: Arc<Node>,
+    clients: Arc<Clients>,
     client: Arc<ClientConnection>,
 }
 
 impl Drop for FinishOnDrop {
     fn drop(&mut self) {
-        self.node.finish(&self.client);
+        self.clients.finish(&self.client);
     }
 }
 

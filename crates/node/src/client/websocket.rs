@@ -16,10 +16,8 @@ use switchyard_hub_protocol::{ping, Format};
 use switchyard_router::Batch;
 use tokio::time::{timeout, Instant};
 
-use super::{create_client, ClientConnection, Transport};
+use super::{create_client, ClientConnection, Clients, Transport};
 use crate::http::text_error;
-use crate::node::Node;
-use crate::server::link::framing;
 
 /// A single write that takes longer than this closes the connection (ASP.NET's default).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,7 +33,7 @@ const WRITE_BUFFER: usize = 4 * 1024;
 const MAX_WRITE_BUFFER: usize = 16 * 1024 * 1024;
 
 pub(super) fn connect(
-    node: Arc<Node>,
+    clients: Arc<Clients>,
     hub: HubName,
     token: VerifiedToken,
     id: Option<String>,
@@ -44,12 +42,12 @@ pub(super) fn connect(
 ) -> Response {
     let id_less = id.is_none();
     let client = match id {
-        Some(id) => match node.client(&id) {
+        Some(id) => match clients.get(&id) {
             Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
             _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
         },
         // No negotiate: skip-negotiation clients and Python clients after a redirect.
-        None => match create_client(&node, &hub, token, false) {
+        None => match create_client(&clients, &hub, token, false) {
             Ok(client) => client,
             Err(error) => return error.into_response(),
         },
@@ -65,15 +63,19 @@ pub(super) fn connect(
             "A WebSocket is already connected for this ID",
         );
     }
-    if let Err(error) = client.start_transport(&node, Transport::WebSockets) {
+    if let Err(error) = client.start_transport(&clients, Transport::WebSockets) {
         if id_less {
-            node.finish(&client);
+            clients.finish(&client);
         }
         return error.into_response();
     }
     // One WebSocket message may batch several hub messages (the JS client does), so the
     // frame limit is looser than the per-message limit the splitter enforces.
-    let max_message = node.config.limits.max_client_message_size.saturating_mul(4);
+    let max_message = clients
+        .config()
+        .limits
+        .max_client_message_size
+        .saturating_mul(4);
     upgrade
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
@@ -81,21 +83,21 @@ pub(super) fn connect(
         .max_message_size(max_message)
         .max_frame_size(max_message)
         .on_failed_upgrade({
-            let node = node.clone();
+            let clients = clients.clone();
             let client = client.clone();
-            move |_| node.finish(&client)
+            move |_| clients.finish(&client)
         })
         // The socket lives here, in the task, once: `run` and `close_socket` borrow it. Passed
         // by value, each async fn would keep its own copy in the task (368 B each).
         .on_upgrade(move |mut socket| async move {
-            run(&node, &client, &mut socket).await;
-            node.finish(&client);
+            run(&clients, &client, &mut socket).await;
+            clients.finish(&client);
         })
 }
 
 /// Leaves the hub at once, then completes the WebSocket close handshake (bounded).
-async fn close_socket(node: &Node, client: &ClientConnection, socket: &mut WebSocket) {
-    node.finish(client);
+async fn close_socket(clients: &Clients, client: &Arc<ClientConnection>, socket: &mut WebSocket) {
+    clients.finish(client);
     let _ = timeout(
         SEND_TIMEOUT,
         socket.send(WsMessage::Close(Some(CloseFrame {
@@ -134,25 +136,25 @@ enum Step {
 /// is kept across an await, the inbound lock is synchronous, and the rare close path is boxed.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
 fn run<'a>(
-    node: &'a Node,
-    client: &'a ClientConnection,
+    clients: &'a Clients,
+    client: &'a Arc<ClientConnection>,
     socket: &'a mut WebSocket,
 ) -> impl Future<Output = ()> + Send + 'a {
     async move {
         // Empty between batches: `next_batch` hands over the queue's own allocation, and it is
         // dropped once written, so an idle connection keeps no frame buffer.
         let mut batch = Vec::new();
-        let ping_due = tokio::time::sleep(node.config.timeouts.keep_alive_interval);
+        let ping_due = tokio::time::sleep(clients.config().timeouts.keep_alive_interval);
         tokio::pin!(ping_due);
         let reason = loop {
             let step = tokio::select! {
                 incoming = socket.recv() => match incoming {
                     Some(Ok(WsMessage::Text(text))) => {
-                        receive(node, client, &Bytes::from(text));
+                        receive(clients, client, &Bytes::from(text));
                         continue;
                     }
                     Some(Ok(WsMessage::Binary(data))) => {
-                        receive(node, client, &data);
+                        receive(clients, client, &data);
                         continue;
                     }
                     Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
@@ -192,22 +194,22 @@ fn run<'a>(
                 }
                 Step::Stop => {
                     // Send the queued close reply so the client sees a clean 1000 close.
-                    node.finish(client);
+                    clients.finish(client);
                     let _ = flush(socket).await;
                     return;
                 }
             }
-            let keep_alive = node.config.timeouts.keep_alive_interval;
+            let keep_alive = clients.config().timeouts.keep_alive_interval;
             ping_due.as_mut().reset(Instant::now() + keep_alive);
         };
         // Boxed: only a closing connection pays for the close path's futures.
-        Box::pin(close(node, client, socket, reason)).await;
+        Box::pin(close(clients, client, socket, reason)).await;
     }
 }
 
 /// Hands what the client sent to the hub-protocol side; a protocol error closes the connection.
-fn receive(node: &Node, client: &ClientConnection, data: &[u8]) {
-    let result = client.receive(node, &mut client.inbound.lock(), data);
+fn receive(clients: &Clients, client: &Arc<ClientConnection>, data: &[u8]) {
+    let result = client.receive(clients, &mut client.inbound.lock(), data);
     if let Err(reason) = result {
         client.connection.close(reason);
     }
@@ -215,8 +217,8 @@ fn receive(node: &Node, client: &ClientConnection, data: &[u8]) {
 
 /// Sends the Close message (if the handshake was done), then closes the socket.
 async fn close(
-    node: &Node,
-    client: &ClientConnection,
+    clients: &Clients,
+    client: &Arc<ClientConnection>,
     socket: &mut WebSocket,
     reason: CloseReason,
 ) {
@@ -226,13 +228,13 @@ async fn close(
             return;
         }
     }
-    close_socket(node, client, socket).await;
+    close_socket(clients, client, socket).await;
 }
 
 /// Whether this connection's frames go out binary: MessagePack-framed connections (also
 /// `blazorpack` in Default mode), from the handshake response on (ASP.NET sets the transfer format before answering the handshake).
 fn is_binary(client: &ClientConnection) -> bool {
-    client.connection.protocol().and_then(framing) == Some(Format::MessagePack)
+    client.connection.protocol().and_then(Format::for_relay) == Some(Format::MessagePack)
 }
 
 fn ws_message(binary: bool, frame: Bytes) -> WsMessage {

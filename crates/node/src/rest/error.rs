@@ -5,6 +5,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use switchyard_core::NameError;
 
+use crate::command::Missing;
+
 /// `x-ms-error-code` values the Management SDK treats as an expected 404 (spec §4.1).
 pub(crate) mod codes {
     pub(crate) const CONNECTION_NOT_EXISTED: &str = "Warning.Connection.NotExisted";
@@ -43,6 +45,20 @@ impl RestError {
             error_code: Some(error_code),
             message: message.into(),
         }
+    }
+
+    /// The one place a miss becomes a REST answer: 404 with the `x-ms-error-code` the
+    /// Management SDK reads as an expected "no" (and the miss's own text). `change`: the
+    /// request wanted to change something (a membership), not just to know.
+    pub(crate) fn missing(missing: Missing, change: bool) -> Self {
+        let code = match &missing {
+            Missing::Connection(_) if change => codes::CONNECTION_NOT_EXISTED_ERROR,
+            Missing::Connection(_) => codes::CONNECTION_NOT_EXISTED,
+            Missing::User(_) => codes::USER_NOT_EXISTED,
+            Missing::Group(_) => codes::GROUP_NOT_EXISTED,
+            Missing::UserInGroup(..) => codes::USER_NOT_IN_GROUP,
+        };
+        RestError::not_found(code, missing.to_string())
     }
 
     pub(crate) fn no_route() -> Self {

@@ -1,13 +1,14 @@
 //! The data-plane REST API: 2022-06-01 (`/api/hubs/…`, plus the 2024-12-01 group listing),
 //! v1 (`/api/v1/hubs/…`) and v1-preview (`/api/v1-preview/hub/…`), as thin adapters over the
-//! [`Node`] executor. The route table is in `routes`, its documentation in
+//! executor. The route table is in `routes`, its documentation in
 //! `docs/openapi.json` (served at `GET /api/openapi.json`).
 //!
 //! # Layout
 //! - `routes`: path segments + method → an operation (404 unknown path, 405 other method).
-//! - `ops`: runs an operation on the node; success codes per API version.
+//! - `ops`: turns an operation into a command for the executor; success codes per API version.
 //! - `body`: JSON and MessagePack send bodies, with the body size limit.
 //! - `error`: [`error::RestError`], the one place errors become responses.
+//! - `fuzz` (feature `fuzzing`): entry points for the fuzz targets.
 //!
 //! # Rules
 //! - Health (`/api/health`, `/api/v1/health`) and the OpenAPI document need no token; every
@@ -20,11 +21,13 @@
 //! - Send bodies are JSON unless `Content-Type` is `application/x-msgpack`,
 //!   `application/msgpack` or `application/octet-stream` (a payloads map).
 
-// `body`, `error` and `routes` are crate-visible for `crate::fuzzing` only.
-pub(crate) mod body;
-pub(crate) mod error;
+mod body;
+mod error;
+/// The body parser and route table for the fuzz targets (`crate::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod ops;
-pub(crate) mod routes;
+mod routes;
 
 use std::sync::Arc;
 
@@ -36,25 +39,26 @@ use axum::routing::any;
 use switchyard_auth::VerifiedToken;
 use switchyard_core::HubName;
 
+use crate::executor::Executor;
 use crate::http::{authenticate, Query};
 use crate::metrics::{status_class, StatusLabel};
-use crate::node::Node;
 use error::RestError;
 use routes::Operation;
 
 /// This API's OpenAPI 3 description.
 const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 
-pub(crate) fn routes() -> axum::Router<Arc<Node>> {
+pub(crate) fn routes() -> axum::Router<Arc<Executor>> {
     axum::Router::new().route("/api/{*path}", any(dispatch))
 }
 
-async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
-    let response = match handle(&node, request).await {
+async fn dispatch(State(executor): State<Arc<Executor>>, request: Request) -> Response {
+    let response = match handle(&executor, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
-    node.metrics
+    executor
+        .metrics()
         .rest_requests
         .get_or_create(&StatusLabel {
             status: status_class(response.status().as_u16()),
@@ -63,7 +67,7 @@ async fn dispatch(State(node): State<Arc<Node>>, request: Request) -> Response {
     response
 }
 
-async fn handle(node: &Node, request: Request) -> Result<Response, RestError> {
+async fn handle(executor: &Executor, request: Request) -> Result<Response, RestError> {
     let (parts, body) = request.into_parts();
     let segments = routes::segments(parts.uri.path())?;
     match routes::resolve(&segments, &parts.method)? {
@@ -75,16 +79,16 @@ async fn handle(node: &Node, request: Request) -> Result<Response, RestError> {
         )
             .into_response()),
         Operation::Hub { api, hub, op } => {
-            authorize(node, &parts)?;
+            authorize(executor, &parts)?;
             let query = Query::parse(&parts.uri);
             let hub = HubName::new(&hub, query.get("application"))?;
-            ops::execute(node, api, &hub, op, &parts, &query, body).await
+            ops::execute(executor, api, &hub, op, &parts, &query, body).await
         }
     }
 }
 
 /// Checks the `Authorization: Bearer` token (header only) against this request's URL.
-fn authorize(node: &Node, parts: &Parts) -> Result<VerifiedToken, RestError> {
+fn authorize(executor: &Executor, parts: &Parts) -> Result<VerifiedToken, RestError> {
     let token = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -96,7 +100,7 @@ fn authorize(node: &Node, parts: &Parts) -> Result<VerifiedToken, RestError> {
             )
         })?;
     authenticate(
-        node,
+        executor.keys(),
         Some(token),
         &parts.headers,
         &parts.uri,

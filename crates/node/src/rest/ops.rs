@@ -1,5 +1,5 @@
-//! Executes one hub operation on the node: validates names and query parameters, calls the
-//! executor, and picks the success code of the route's API version.
+//! Executes one hub operation: validates names and query parameters into a [`Command`], has
+//! the executor apply it, and picks the success code of the route's API version.
 
 use axum::body::Body;
 use axum::http::request::Parts;
@@ -10,17 +10,18 @@ use std::time::Duration;
 use switchyard_core::{ConnectionId, GroupName, HubName, Target, UserId};
 
 use super::body::{self, SendBody};
-use super::error::{codes, RestError};
+use super::error::RestError;
 use super::routes::{Api, Op, Recipient};
+use crate::command::{Check, Command};
+use crate::executor::Executor;
 use crate::http::Query;
-use crate::node::Node;
 
 /// Group listing page size when `maxpagesize` is absent, and its allowed maximum.
 const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 200;
 
 pub(crate) async fn execute(
-    node: &Node,
+    executor: &Executor,
     api: Api,
     hub: &HubName,
     op: Op,
@@ -29,25 +30,29 @@ pub(crate) async fn execute(
     body: Body,
 ) -> Result<Response, RestError> {
     let v1 = matches!(api, Api::V1 | Api::V1Preview);
+    // Success codes by API family: (2022-06-01, v1).
+    let by_api = |current: StatusCode, older: StatusCode| if v1 { older } else { current };
+    let apply = |command: Command| {
+        let change = !matches!(command, Command::Check(_));
+        executor
+            .execute(hub, command)
+            .map_err(|missing| RestError::missing(missing, change))
+    };
     match op {
         Op::Send(recipient) => {
             let target = send_target(&recipient, query)?;
-            match body::read(
-                &parts.headers,
-                body,
-                node.config.limits.max_request_body_size,
-            )
-            .await?
-            {
+            let limit = executor.config().limits.max_request_body_size;
+            let command = match body::read(&parts.headers, body, limit).await? {
                 SendBody::Invocation {
                     target: method,
                     arguments,
-                } => {
-                    let payloads = node.encode_invocation(hub, &method, &arguments);
-                    node.send(hub, target, payloads);
-                }
-                SendBody::Payloads(payloads) => node.send_payloads(hub, target, payloads),
-            }
+                } => Command::Send {
+                    payloads: executor.encode_invocation(hub, &method, &arguments),
+                    target,
+                },
+                SendBody::Payloads(payloads) => Command::send_named(target, payloads),
+            };
+            apply(command)?;
             Ok(status(StatusCode::ACCEPTED))
         }
         Op::Close(recipient) => {
@@ -57,7 +62,13 @@ pub(crate) async fn execute(
                 .map(str::to_string);
             let excluded = excluded(query)?;
             let (target, single) = close_target(&recipient, excluded.clone())?;
-            node.close(hub, target, excluded, reason);
+            let command = Command::Close {
+                target,
+                excluded,
+                reason,
+            };
+            // Closing a connection that is gone is already done.
+            let _ = executor.execute(hub, command);
             Ok(status(match (single, v1) {
                 (true, false) => StatusCode::OK,
                 (true, true) => StatusCode::ACCEPTED,
@@ -65,109 +76,56 @@ pub(crate) async fn execute(
             }))
         }
         Op::ConnectionExists(connection) => {
-            let connection = ConnectionId::new(&connection)?;
-            found(
-                node.connection_exists(hub, &connection),
-                codes::CONNECTION_NOT_EXISTED,
-                || format!("connection '{connection}' does not exist"),
-            )
+            apply(Check::connection(&connection)?)?;
+            Ok(status(StatusCode::OK))
         }
         Op::UserExists(user) => {
-            let user = UserId::new(&user)?;
-            found(
-                node.user_exists(hub, &user),
-                codes::USER_NOT_EXISTED,
-                || format!("user '{user}' has no connection"),
-            )
+            apply(Check::user(&user)?)?;
+            Ok(status(StatusCode::OK))
         }
         Op::GroupExists(group) => {
-            let group = GroupName::new(&group)?;
-            found(
-                node.group_exists(hub, &group),
-                codes::GROUP_NOT_EXISTED,
-                || format!("group '{group}' has no connection"),
-            )
+            apply(Check::group(&group)?)?;
+            Ok(status(StatusCode::OK))
         }
         Op::UserInGroup { user, group } => {
-            let (user, group) = (UserId::new(&user)?, GroupName::new(&group)?);
-            found(
-                node.user_in_group(hub, &user, &group),
-                codes::USER_NOT_IN_GROUP,
-                || format!("user '{user}' is not in group '{group}'"),
-            )
+            apply(Check::user_in_group(&user, &group)?)?;
+            Ok(status(StatusCode::OK))
         }
         Op::AddConnectionToGroup { group, connection } => {
-            let (group, connection) = (GroupName::new(&group)?, ConnectionId::new(&connection)?);
-            found(
-                node.add_to_group(hub, &connection, &group),
-                codes::CONNECTION_NOT_EXISTED_ERROR,
-                || format!("connection '{connection}' does not exist"),
-            )
+            apply(Command::add_to_group(&connection, &group)?)?;
+            Ok(status(StatusCode::OK))
         }
         Op::RemoveConnectionFromGroup { group, connection } => {
-            let (group, connection) = (GroupName::new(&group)?, ConnectionId::new(&connection)?);
-            found(
-                node.remove_from_group(hub, &connection, Some(&group)),
-                codes::CONNECTION_NOT_EXISTED_ERROR,
-                || format!("connection '{connection}' does not exist"),
-            )
+            apply(Command::remove_from_group(&connection, Some(&group))?)?;
+            Ok(status(StatusCode::OK))
         }
         Op::RemoveConnectionFromAllGroups(connection) => {
-            let connection = ConnectionId::new(&connection)?;
             // Removing a connection that is gone from all groups is already done: 200.
-            node.remove_from_group(hub, &connection, None);
+            let _ = executor.execute(hub, Command::remove_from_group(&connection, None)?);
             Ok(status(StatusCode::OK))
         }
         Op::AddUserToGroup { user, group } => {
-            let (user, group) = (UserId::new(&user)?, GroupName::new(&group)?);
             let ttl = ttl(query)?;
-            node.user_join_group(hub, &user, &group, ttl);
-            Ok(status(if v1 {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::OK
-            }))
+            apply(Command::user_join_group(&user, &group, ttl)?)?;
+            Ok(status(by_api(StatusCode::OK, StatusCode::ACCEPTED)))
         }
         Op::RemoveUserFromGroup { user, group } => {
-            let (user, group) = (UserId::new(&user)?, GroupName::new(&group)?);
-            node.user_leave_group(hub, &user, Some(&group));
-            Ok(status(if v1 {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::NO_CONTENT
-            }))
+            apply(Command::user_leave_group(&user, Some(&group))?)?;
+            Ok(status(by_api(StatusCode::NO_CONTENT, StatusCode::ACCEPTED)))
         }
         Op::RemoveUserFromAllGroups(user) => {
-            let user = UserId::new(&user)?;
-            node.user_leave_group(hub, &user, None);
-            Ok(status(if v1 {
-                StatusCode::OK
-            } else {
-                StatusCode::NO_CONTENT
-            }))
+            apply(Command::user_leave_group(&user, None)?)?;
+            Ok(status(by_api(StatusCode::NO_CONTENT, StatusCode::OK)))
         }
         Op::ListGroupConnections(group) => {
             let group = GroupName::new(&group)?;
-            list_group_connections(node, hub, &group, parts, query)
+            list_group_connections(executor, hub, &group, parts, query)
         }
     }
 }
 
 fn status(code: StatusCode) -> Response {
     code.into_response()
-}
-
-/// 200 when the thing exists, else 404 carrying the `x-ms-error-code` the SDK expects.
-fn found(
-    exists: bool,
-    code: &'static str,
-    message: impl FnOnce() -> String,
-) -> Result<Response, RestError> {
-    if exists {
-        Ok(status(StatusCode::OK))
-    } else {
-        Err(RestError::not_found(code, message()))
-    }
 }
 
 /// `excluded` connection ids (repeatable). Empty values are skipped; others must be valid ids.
@@ -263,7 +221,7 @@ fn positive(query: &Query, key: &str, max: usize) -> Result<Option<usize>, RestE
 /// members ordered by connection id. The continuation token is the last id of the previous
 /// page; `nextLink` repeats the request's query with the token (and the remaining `top`).
 fn list_group_connections(
-    node: &Node,
+    executor: &Executor,
     hub: &HubName,
     group: &GroupName,
     parts: &Parts,
@@ -273,7 +231,7 @@ fn list_group_connections(
     let top = positive(query, "top", i32::MAX as usize)?;
     let page = top.map_or(page_size, |top| top.min(page_size));
     let after = query.get("continuationToken").filter(|t| !t.is_empty());
-    let mut members = node.group_members(hub, group, after, page + 1);
+    let mut members = executor.group_members(hub, group, after, page + 1);
     let more = members.len() > page;
     members.truncate(page);
     let remaining = top.map(|top| top - members.len());

@@ -22,7 +22,8 @@
 //! `limits.max_pending_bytes_per_connection`; past it they get an error completion.
 //!
 //! # Layout
-//! - `template`: patterns and URL templates, checked at start.
+//! - here: [`Upstream`], and [`UpstreamClient`], the narrow view of a client it works with
+//!   (templates are parsed with the config: `crate::config::Templates`).
 //! - `connection`: a client's header values and its queue.
 //! - `request`: the shared HTTP client and one bounded POST.
 //! - `reply`: an invocation's answer as a frame for the client.
@@ -30,34 +31,39 @@
 mod connection;
 mod reply;
 mod request;
-mod template;
 
 pub(crate) use connection::ClientUpstream;
-pub(crate) use template::Template;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use switchyard_auth::{upstream_signature, AccessKeys};
-use switchyard_core::CloseReason;
-use switchyard_hub_protocol::{Format, Peek};
+use switchyard_core::{CloseReason, HubName};
+use switchyard_hub_protocol::{message_type, Format, Peek};
+use switchyard_router::Connection;
 
-use crate::client::ClientConnection;
+use crate::config::{Templates, ValidConfig};
 use crate::metrics::{Metrics, UpstreamLabel};
-use crate::node::Node;
 use connection::{Event, Pushed, Queued};
 use request::{header, Answer, Failure, Sender};
-use template::Templates;
 
 pub(crate) const CONNECTIONS: &str = "connections";
 pub(crate) const MESSAGES: &str = "messages";
 pub(crate) const CONNECTED: &str = "connected";
 pub(crate) const DISCONNECTED: &str = "disconnected";
 
-const TYPE_STREAM_INVOCATION: u8 = 4;
 const JSON: &str = "application/json";
 const MSGPACK: &str = "application/x-msgpack";
+
+/// What the upstream needs of a client connection.
+pub(crate) trait UpstreamClient: Send + Sync + 'static {
+    /// The client as the router knows it: id, user, outbound queue.
+    fn connection(&self) -> &Connection;
+    fn hub_name(&self) -> &HubName;
+    /// Present for clients of a hub some template may serve.
+    fn upstream(&self) -> Option<&ClientUpstream>;
+}
 
 /// The node's upstream: templates, the HTTP client, and what signs requests.
 pub(crate) struct Upstream {
@@ -65,28 +71,32 @@ pub(crate) struct Upstream {
     sender: Sender,
     keys: AccessKeys,
     metrics: Arc<Metrics>,
+    /// Bytes of invocations one connection may have waiting.
+    max_pending_bytes: usize,
 }
 
 impl Upstream {
     /// `None` when no template is configured.
     pub(crate) fn new(
-        config: &crate::config::Upstream,
+        config: &ValidConfig,
         keys: AccessKeys,
         metrics: Arc<Metrics>,
     ) -> Option<Arc<Upstream>> {
-        let templates = Templates::new(&config.templates);
+        let templates = config.templates().clone();
         if templates.is_empty() {
             return None;
         }
+        let settings = &config.upstream;
         Some(Arc::new(Upstream {
             templates,
             sender: Sender::new(
-                config.timeout,
-                config.max_concurrency,
-                config.max_response_size,
+                settings.timeout,
+                settings.max_concurrency,
+                settings.max_response_size,
             ),
             keys,
             metrics,
+            max_pending_bytes: config.limits.max_pending_bytes_per_connection,
         }))
     }
 
@@ -96,48 +106,41 @@ impl Upstream {
     }
 
     /// A connection event with its URL, if a template takes it.
-    fn connection_event(&self, client: &ClientConnection, event: Event) -> Option<Queued> {
-        let state = client.upstream.as_deref()?;
+    fn connection_event(&self, client: &impl UpstreamClient, event: Event) -> Option<Queued> {
+        let state = client.upstream()?;
         let hub = hub_of(client, state);
         let template = self.templates.find(hub, CONNECTIONS, event.name())?;
         let url = template.url(hub, CONNECTIONS, event.name());
         Some(Queued { url, event })
     }
 
-    fn enqueue(
-        &self,
-        node: &Node,
-        client: &ClientConnection,
+    fn enqueue<C: UpstreamClient>(
+        self: &Arc<Self>,
+        client: &Arc<C>,
         state: &ClientUpstream,
         queued: Queued,
         last: bool,
     ) {
-        let budget = node.config.limits.max_pending_bytes_per_connection;
-        self.pushed(node, client, state, state.push(queued, budget, last));
+        let pushed = state.push(queued, self.max_pending_bytes, last);
+        self.pushed(client, state, pushed);
     }
 
     /// Starts the draining task, or answers what was refused.
-    fn pushed(
-        &self,
-        node: &Node,
-        client: &ClientConnection,
+    fn pushed<C: UpstreamClient>(
+        self: &Arc<Self>,
+        client: &Arc<C>,
         state: &ClientUpstream,
         pushed: Pushed,
     ) {
         match pushed {
             Pushed::Queued => {}
             Pushed::Start => {
-                // The task owns the connection until the queue is empty; found in the table,
-                // which still holds it (the end of a connection is queued before it leaves).
-                let me = node
-                    .client(&client.key)
-                    .filter(|c| std::ptr::eq(&**c, client));
-                let runtime = tokio::runtime::Handle::try_current();
-                match (me, runtime, node.upstream.clone()) {
-                    (Some(me), Ok(runtime), Some(upstream)) => {
-                        runtime.spawn(drain(upstream, me));
+                // The task owns the connection until the queue is empty.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        runtime.spawn(drain(self.clone(), client.clone()));
                     }
-                    _ => state.abandon(),
+                    Err(_) => state.abandon(),
                 }
             }
             Pushed::Refused(event) => {
@@ -151,7 +154,7 @@ impl Upstream {
                     let text = "Invocation failed, too many invocations of this connection are \
                                 waiting for the upstream";
                     client
-                        .connection
+                        .connection()
                         .outbound()
                         .push(reply::refused(*format, id, text));
                 }
@@ -160,9 +163,9 @@ impl Upstream {
     }
 
     /// Sends one event and answers the client if it waits for a result.
-    async fn deliver(&self, client: &ClientConnection, state: &ClientUpstream, queued: Queued) {
+    async fn deliver(&self, client: &impl UpstreamClient, state: &ClientUpstream, queued: Queued) {
         let Queued { url, event } = queued;
-        let connection_id = client.connection.id().as_str();
+        let connection_id = client.connection().id().as_str();
         let mut headers = HeaderMap::new();
         header(&mut headers, "x-asrs-connection-id", connection_id);
         header(&mut headers, "x-asrs-hub", hub_of(client, state));
@@ -173,7 +176,7 @@ impl Upstream {
             "x-asrs-signature",
             &upstream_signature(&self.keys, connection_id),
         );
-        if let Some(user) = client.connection.user() {
+        if let Some(user) = client.connection().user() {
             header(&mut headers, "x-asrs-user-id", user.as_str());
         }
         if !state.claims().is_empty() {
@@ -213,7 +216,7 @@ impl Upstream {
                     self.sender.timeout(),
                     self.sender.max_response_size(),
                 );
-                if client.connection.outbound().push(frame) {
+                if client.connection().outbound().push(frame) {
                     self.metrics.frames_delivered.inc();
                 }
                 outcome
@@ -260,82 +263,88 @@ fn plain_outcome(answer: &Result<Answer, Failure>) -> &'static str {
 }
 
 /// The hub as the client wrote it in its connect request.
-fn hub_of<'a>(client: &'a ClientConnection, state: &'a ClientUpstream) -> &'a str {
-    state.hub().unwrap_or_else(|| client.hub.name().as_str())
+fn hub_of<'a>(client: &'a impl UpstreamClient, state: &'a ClientUpstream) -> &'a str {
+    state.hub().unwrap_or_else(|| client.hub_name().as_str())
 }
 
 /// Sends a connection's queued events in order, then ends.
-async fn drain(upstream: Arc<Upstream>, client: Arc<ClientConnection>) {
-    let Some(state) = client.upstream.as_deref() else {
+async fn drain(upstream: Arc<Upstream>, client: Arc<impl UpstreamClient>) {
+    let Some(state) = client.upstream() else {
         return;
     };
     while let Some(queued) = state.next() {
-        upstream.deliver(&client, state, queued).await;
+        upstream.deliver(&*client, state, queued).await;
     }
 }
 
-/// A serverless client completed its handshake.
-pub(crate) fn client_opened(node: &Node, client: &ClientConnection) {
-    let (Some(upstream), Some(state)) = (&node.upstream, client.upstream.as_deref()) else {
-        return;
-    };
-    let connected = upstream.connection_event(client, Event::Connected);
-    if let Some(pushed) = state.open(connected) {
-        upstream.pushed(node, client, state, pushed);
-    }
-}
-
-/// A serverless client invoked a hub method. Err: no template takes it, so the client is
-/// closed (as Azure does without an upstream).
-pub(crate) fn client_invoked(
-    node: &Node,
-    client: &ClientConnection,
-    format: Format,
-    message: &Peek,
-    body: Bytes,
-) -> Result<(), CloseReason> {
-    let (Some(upstream), Some(state)) = (&node.upstream, client.upstream.as_deref()) else {
-        return Err(CloseReason::InvocationNotSupported);
-    };
-    let target = message.target.as_deref().unwrap_or_default();
-    let hub = hub_of(client, state);
-    let Some(template) = upstream.templates.find(hub, MESSAGES, target) else {
-        return Err(CloseReason::InvocationNotSupported);
-    };
-    if message.message_type == TYPE_STREAM_INVOCATION {
-        if let Some(id) = &message.invocation_id {
-            let text = "Invocation failed, streaming is not supported in serverless mode";
-            client
-                .connection
-                .outbound()
-                .push(reply::refused(format, id, text));
+impl Upstream {
+    /// A serverless client completed its handshake.
+    pub(crate) fn client_opened<C: UpstreamClient>(self: &Arc<Self>, client: &Arc<C>) {
+        let Some(state) = client.upstream() else {
+            return;
+        };
+        let connected = self.connection_event(&**client, Event::Connected);
+        if let Some(pushed) = state.open(connected) {
+            self.pushed(client, state, pushed);
         }
-        return Ok(());
     }
-    let url = template.url(hub, MESSAGES, target);
-    let event = Event::Invocation {
-        target: target.into(),
-        invocation_id: message.invocation_id.as_deref().map(Into::into),
-        body,
-        format,
-    };
-    upstream.enqueue(node, client, state, Queued { url, event }, false);
-    Ok(())
-}
 
-/// A client ended: `disconnected`, if the upstream was told it connected.
-pub(crate) fn client_finished(node: &Node, client: &ClientConnection, reason: &CloseReason) {
-    let (Some(upstream), Some(state)) = (&node.upstream, client.upstream.as_deref()) else {
-        return;
-    };
-    if !state.close() {
-        return;
+    /// A serverless client invoked a hub method. Err: no template takes it, so the client is
+    /// closed (as Azure does without an upstream).
+    pub(crate) fn client_invoked<C: UpstreamClient>(
+        self: &Arc<Self>,
+        client: &Arc<C>,
+        format: Format,
+        message: &Peek,
+        body: Bytes,
+    ) -> Result<(), CloseReason> {
+        let Some(state) = client.upstream() else {
+            return Err(CloseReason::InvocationNotSupported);
+        };
+        let target = message.target.as_deref().unwrap_or_default();
+        let hub = hub_of(&**client, state);
+        let Some(template) = self.templates.find(hub, MESSAGES, target) else {
+            return Err(CloseReason::InvocationNotSupported);
+        };
+        if message.message_type == message_type::STREAM_INVOCATION {
+            if let Some(id) = &message.invocation_id {
+                let text = "Invocation failed, streaming is not supported in serverless mode";
+                client
+                    .connection()
+                    .outbound()
+                    .push(reply::refused(format, id, text));
+            }
+            return Ok(());
+        }
+        let url = template.url(hub, MESSAGES, target);
+        let event = Event::Invocation {
+            target: target.into(),
+            invocation_id: message.invocation_id.as_deref().map(Into::into),
+            body,
+            format,
+        };
+        self.enqueue(client, state, Queued { url, event }, false);
+        Ok(())
     }
-    let error = match reason {
-        CloseReason::ClientClosed | CloseReason::ClosedByApi(_) => None,
-        other => Some(other.to_string()),
-    };
-    if let Some(queued) = upstream.connection_event(client, Event::Disconnected { error }) {
-        upstream.enqueue(node, client, state, queued, true);
+
+    /// A client ended: `disconnected`, if the upstream was told it connected.
+    pub(crate) fn client_finished<C: UpstreamClient>(
+        self: &Arc<Self>,
+        client: &Arc<C>,
+        reason: &CloseReason,
+    ) {
+        let Some(state) = client.upstream() else {
+            return;
+        };
+        if !state.close() {
+            return;
+        }
+        let error = match reason {
+            CloseReason::ClientClosed | CloseReason::ClosedByApi(_) => None,
+            other => Some(other.to_string()),
+        };
+        if let Some(queued) = self.connection_event(&**client, Event::Disconnected { error }) {
+            self.enqueue(client, state, queued, true);
+        }
     }
 }

@@ -25,7 +25,7 @@ impl TestServer {
     pub async fn start_with(config: Config) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let node = Node::new(config);
+        let node = Node::new(config.validate().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn({
             let node = node.clone();
@@ -107,8 +107,9 @@ impl TestServer {
     /// Sends `target(arguments)` to everyone in the hub through the node's executor.
     pub fn broadcast(&self, hub: &str, target: &str, arguments: &[serde_json::Value]) {
         let hub = HubName::new(hub, None).unwrap();
-        let payloads = self.node.encode_invocation(&hub, target, arguments);
-        self.node.send(
+        let executor = self.node.executor();
+        let payloads = executor.encode_invocation(&hub, target, arguments);
+        executor.send(
             &hub,
             switchyard_core::Target::All { excluded: vec![] },
             payloads,

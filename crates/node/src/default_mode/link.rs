@@ -8,15 +8,13 @@ use axum::http::{HeaderMap, Uri};
 use bytes::{Bytes, BytesMut};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::CloseReason;
-use switchyard_hub_protocol::{handshake, msgpack::read_varint, Format, RECORD_SEPARATOR};
+use switchyard_hub_protocol::{handshake, Format, FrameError, FrameSplitter, RECORD_SEPARATOR};
 use switchyard_service_protocol::{
     CloseConnection, ConnectionData, Extensions, Headers, OpenConnection, ServiceEvent,
     ServiceMessage,
 };
 
-use super::ServerConnection;
-use crate::client::ClientConnection;
-use crate::node::Node;
+use super::{DefaultMode, LinkedClient, ServerConnection};
 
 /// The SDK reads these headers of OpenConnection / CloseConnection.
 const MIGRATE_FROM: &str = "Asrs-Migrate-From";
@@ -199,16 +197,16 @@ impl DefaultLink {
     /// Announces the client to `server` and hands it the client's handshake request.
     pub(crate) fn open(
         &mut self,
-        client: &Arc<ClientConnection>,
+        client: Arc<dyn LinkedClient>,
         server: Arc<ServerConnection>,
         protocol: &str,
         handshake_request: Bytes,
     ) -> bool {
-        let id = client.connection.id().as_str().to_string();
+        let id = client.connection().id().as_str().to_string();
         self.open.connection_id = id.clone();
         self.open.ext.protocol = Some(protocol.to_string());
         self.awaiting_handshake_response = true;
-        server.attach(client.clone());
+        server.attach(client);
         let sent = server.send(&ServiceMessage::OpenConnection(self.open.clone()))
             && server.send(&ServiceMessage::ConnectionData(ConnectionData {
                 connection_id: id,
@@ -220,12 +218,12 @@ impl DefaultLink {
     }
 
     /// Sends client bytes (whole hub messages) to the app server. False if it is gone.
-    pub(crate) fn forward(&self, client: &ClientConnection, payload: Bytes) -> bool {
+    pub(crate) fn forward(&self, client: &dyn LinkedClient, payload: Bytes) -> bool {
         let Some(server) = &self.server else {
             return false;
         };
         server.send(&ServiceMessage::ConnectionData(ConnectionData {
-            connection_id: client.connection.id().as_str().to_string(),
+            connection_id: client.connection().id().as_str().to_string(),
             payload,
             ext: Extensions::default(),
         }))
@@ -237,11 +235,10 @@ impl DefaultLink {
     /// shared slice without copying.
     fn relay(
         &mut self,
-        node: &Node,
-        client: &ClientConnection,
+        max: usize,
+        client: &dyn LinkedClient,
         payload: Bytes,
     ) -> Result<(), CloseReason> {
-        let max = node.config.limits.max_server_message_size;
         // A held tail contains no message boundary (else it would have gone out): only the new
         // bytes are searched, and a message arriving in many pieces is not rescanned or
         // recopied per piece.
@@ -270,7 +267,7 @@ impl DefaultLink {
             let response = data.split_to(end + 1);
             searched = 0;
             let refused = matches!(handshake::parse_response(&response), Ok(Some((Some(_), _))));
-            if !client.connection.outbound().push(response) {
+            if !client.connection().outbound().push(response) {
                 // The client is closing: its close path answers the handshake with the reason.
                 self.relay = BytesMut::new();
                 return Ok(());
@@ -284,14 +281,14 @@ impl DefaultLink {
             client.mark_handshake_done();
             // Only now does the client join its hub: nothing the router sends (broadcasts,
             // groups, REST) may reach it before its handshake response.
-            if !client.hub.add_connection(client.connection.clone()) {
+            if !client.hub().add_connection(client.connection().clone()) {
                 return Err(CloseReason::ProtocolError(
                     "connection id already in use".into(),
                 ));
             }
             // Finishing removes the client from the hub only if it was already added.
             if client.is_finished() {
-                client.hub.remove_connection(client.connection.id());
+                client.hub().remove_connection(client.connection().id());
             }
         }
         if data.is_empty() {
@@ -299,14 +296,15 @@ impl DefaultLink {
             return Ok(());
         }
         let format = client
-            .connection
+            .connection()
             .protocol()
-            .and_then(framing)
+            .and_then(Format::for_relay)
             .unwrap_or(Format::Json);
-        let whole =
-            whole_messages(format, &data, searched, max).map_err(CloseReason::ProtocolError)?;
+        let whole = FrameSplitter::new(format, max)
+            .whole_prefix_len(&data, searched)
+            .map_err(|e| relay_error(e, max))?;
         if whole > 0 {
-            client.connection.outbound().push(data.split_to(whole));
+            client.connection().outbound().push(data.split_to(whole));
         }
         self.keep(data, held);
         Ok(())
@@ -332,84 +330,43 @@ impl DefaultLink {
     }
 }
 
-/// The framing of a client's hub protocol: JSON and MessagePack, plus, in Default mode,
-/// `blazorpack` (Blazor Server: the MessagePack protocol under another name), whose bytes
-/// the service only relays and never encodes itself.
-pub(crate) fn framing(protocol: &switchyard_core::Protocol) -> Option<Format> {
-    match protocol {
-        switchyard_core::Protocol::Other(name) if name.eq_ignore_ascii_case("blazorpack") => {
-            Some(Format::MessagePack)
+/// The close reason for an app server's bytes that cannot be relayed.
+fn relay_error(error: FrameError, max: usize) -> CloseReason {
+    CloseReason::ProtocolError(match error {
+        FrameError::TooLarge { .. } => {
+            format!("the app server sent a message over the maximum of {max} bytes")
         }
-        other => Format::from_protocol(other),
+        other => format!("the app server sent a malformed message: {other}"),
+    })
+}
+
+impl DefaultMode {
+    /// ConnectionData from an app server for one of its clients.
+    pub(crate) fn relay(&self, client: &dyn LinkedClient, payload: Bytes) {
+        let result = match client.link().lock().as_mut() {
+            Some(link) => link.relay(self.max_server_message_size, client, payload),
+            None => Ok(()),
+        };
+        if let Err(reason) = result {
+            client.connection().close(reason);
+        }
+    }
+
+    /// Tells the client's app server that the client is gone (once), when it ends.
+    pub(crate) fn client_finished(&self, client: &dyn LinkedClient, reason: &CloseReason) {
+        client_finished(self, client, reason);
     }
 }
 
-/// The length of the longest prefix of `data` made of whole hub messages. The first
-/// `searched` bytes are known to hold no JSON record separator.
-fn whole_messages(
-    format: Format,
-    data: &[u8],
-    searched: usize,
-    max: usize,
-) -> Result<usize, String> {
-    match format {
-        Format::Json => {
-            let end = data[searched..]
-                .iter()
-                .rposition(|&b| b == RECORD_SEPARATOR)
-                .map_or(0, |p| searched + p + 1);
-            if data.len() - end > max {
-                return Err(format!(
-                    "the app server sent a message over the maximum of {max} bytes"
-                ));
-            }
-            Ok(end)
-        }
-        Format::MessagePack => {
-            let mut at = 0;
-            while at < data.len() {
-                let (length, prefix) = match read_varint(&data[at..]) {
-                    Ok(Some(found)) => found,
-                    Ok(None) => break,
-                    Err(e) => return Err(format!("the app server sent a malformed message: {e}")),
-                };
-                let length = length as usize;
-                if length > max {
-                    return Err(format!(
-                        "the app server sent a message over the maximum of {max} bytes"
-                    ));
-                }
-                if data.len() - at - prefix < length {
-                    break;
-                }
-                at += prefix + length;
-            }
-            Ok(at)
-        }
-    }
-}
-
-/// ConnectionData from an app server for one of its clients.
-pub(crate) fn relay(node: &Node, client: &ClientConnection, payload: Bytes) {
-    let result = match client.link.lock().as_mut() {
-        Some(link) => link.relay(node, client, payload),
-        None => Ok(()),
-    };
-    if let Err(reason) = result {
-        client.connection.close(reason);
-    }
-}
-
-/// Tells the client's app server that the client is gone (once), when it ends.
-pub(crate) fn client_finished(node: &Node, client: &ClientConnection, reason: &CloseReason) {
-    let server = match client.link.lock().as_mut() {
+fn client_finished(default_mode: &DefaultMode, client: &dyn LinkedClient, reason: &CloseReason) {
+    let server = match client.link().lock().as_mut() {
         Some(link) => link.server.take(),
         None => None,
     };
     let Some(server) = server else {
         return;
     };
-    let id = client.connection.id();
+    let id = client.connection().id();
     server.detach(id);
     if let CloseReason::SlowConsumer { .. } = reason {
         // The SDK's back-pressure warning: what it sent this client could not be delivered.
@@ -433,19 +390,19 @@ pub(crate) fn client_finished(node: &Node, client: &ClientConnection, reason: &C
         headers: Vec::new(),
         ext: Extensions::default(),
     }));
-    node.invocations.client_gone(node, client.hub.name(), id);
+    default_mode.client_gone(client.hub().name(), id);
 }
 
 /// Moves a client from one server connection to another: the new one learns of it with
 /// `Asrs-Migrate-From` (and skips its handshake), the old one, if still there, with
 /// CloseConnection carrying `Asrs-Migrate-To`.
 pub(crate) fn migrate(
-    client: &Arc<ClientConnection>,
+    client: &Arc<dyn LinkedClient>,
     from: &Arc<ServerConnection>,
     to: &Arc<ServerConnection>,
     tell_old: bool,
 ) {
-    let mut guard = client.link.lock();
+    let mut guard = client.link().lock();
     let Some(link) = guard.as_mut() else {
         return;
     };
@@ -457,14 +414,14 @@ pub(crate) fn migrate(
     if !link.server.as_ref().is_some_and(|s| Arc::ptr_eq(s, from)) {
         return;
     }
-    from.detach(client.connection.id());
+    from.detach(client.connection().id());
     if link.awaiting_handshake_response {
         // The new app server would skip the handshake response this client still waits for.
         drop(guard);
-        client.connection.close(CloseReason::AppServerGone);
+        client.connection().close(CloseReason::AppServerGone);
         return;
     }
-    let id = client.connection.id().as_str().to_string();
+    let id = client.connection().id().as_str().to_string();
     if tell_old {
         from.send(&ServiceMessage::CloseConnection(CloseConnection {
             connection_id: id.clone(),
@@ -485,68 +442,115 @@ pub(crate) fn migrate(
     link.server = Some(to.clone());
     if !to.send(&ServiceMessage::OpenConnection(open)) {
         drop(guard);
-        client.connection.close(CloseReason::AppServerGone);
+        client.connection().close(CloseReason::AppServerGone);
     }
 }
 
 /// Closes a client of a lost server connection, unless it was moved elsewhere meanwhile.
-pub(crate) fn close_if_pinned(client: &ClientConnection, from: &Arc<ServerConnection>) {
-    let guard = client.link.lock();
+pub(crate) fn close_if_pinned(client: &dyn LinkedClient, from: &Arc<ServerConnection>) {
+    let guard = client.link().lock();
     let pinned = guard
         .as_ref()
         .and_then(|link| link.server.as_ref())
         .is_some_and(|s| Arc::ptr_eq(s, from));
     drop(guard);
     if pinned {
-        client.connection.close(CloseReason::AppServerGone);
+        client.connection().close(CloseReason::AppServerGone);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::config::{Config, ServiceMode};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use parking_lot::Mutex;
     use switchyard_auth::VerifiedToken;
-    use switchyard_core::HubName;
+    use switchyard_core::{ConnectionId, HubName};
     use switchyard_hub_protocol::handshake;
+    use switchyard_router::{Connection, Hub, NoInterest, Router};
+
+    use super::*;
+    use crate::config::Config;
+
+    /// A client as Default mode sees it, without any transport or node behind it.
+    struct TestClient {
+        connection: Arc<Connection>,
+        hub: Arc<Hub>,
+        link: Mutex<Option<Box<DefaultLink>>>,
+        handshake_done: AtomicBool,
+    }
+
+    impl LinkedClient for TestClient {
+        fn connection(&self) -> &Arc<Connection> {
+            &self.connection
+        }
+        fn hub(&self) -> &Arc<Hub> {
+            &self.hub
+        }
+        fn link(&self) -> &Mutex<Option<Box<DefaultLink>>> {
+            &self.link
+        }
+        fn is_finished(&self) -> bool {
+            false
+        }
+        fn handshake_done(&self) -> bool {
+            self.handshake_done.load(Ordering::Relaxed)
+        }
+        fn mark_handshake_done(&self) {
+            self.handshake_done.store(true, Ordering::Relaxed);
+        }
+    }
 
     /// Two relocations of one client working from the same snapshot (two `fin:1` pings read by
     /// two connection tasks at once): the second must not pin the client a second time.
     #[test]
     fn a_stale_second_migration_leaves_the_client_on_one_connection() {
-        let node = Node::new(Config {
-            mode: ServiceMode::Default,
-            ..Config::default()
-        });
+        let default_mode = DefaultMode::new(&Config::default(), "n1".into());
         let hub = HubName::new("chat", None).unwrap();
-        let from = ServerConnection::register_detached(&node, hub.clone(), "A");
+        let register = |server_id| {
+            ServerConnection::register_detached(
+                &default_mode.servers,
+                hub.clone(),
+                server_id,
+                1 << 20,
+            )
+        };
+        let from = register("A");
         let token = VerifiedToken {
-            claims: vec![
-                ("asrs.s.sn".to_string(), "A".to_string()),
-                ("asrs.s.ssticky".to_string(), "Required".to_string()),
-            ],
+            claims: Vec::new(),
             expires_at: i64::MAX,
             audiences: Vec::new(),
         };
-        let client = crate::client::create_client(&node, &hub, token, false).unwrap();
+        let client = Arc::new(TestClient {
+            connection: Arc::new(Connection::new(
+                ConnectionId::new("c1").unwrap(),
+                None,
+                1 << 20,
+            )),
+            hub: Router::new(Arc::new(NoInterest)).hub(&hub),
+            link: Mutex::new(Some(DefaultLink::new(&token))),
+            handshake_done: AtomicBool::new(false),
+        });
+        let as_linked: Arc<dyn LinkedClient> = client.clone();
         client
-            .start_transport(&node, crate::client::Transport::WebSockets)
-            .unwrap();
-        client
-            .receive(
-                &node,
-                &mut client.inbound.lock(),
-                &handshake::encode_request("json", 1),
-            )
-            .unwrap();
-        relay(&node, &client, Bytes::from_static(handshake::RESPONSE_OK));
+            .connection
+            .set_protocol(switchyard_core::Protocol::Json);
+        let request = Bytes::from(handshake::encode_request("json", 1));
+        let opened = client.link.lock().as_mut().unwrap().open(
+            as_linked.clone(),
+            from.clone(),
+            "json",
+            request,
+        );
+        assert!(opened);
+        default_mode.relay(&*client, Bytes::from_static(handshake::RESPONSE_OK));
         assert!(client.handshake_done());
         assert_eq!(from.client_count(), 1);
-        let first = ServerConnection::register_detached(&node, hub.clone(), "B");
-        let second = ServerConnection::register_detached(&node, hub.clone(), "C");
+        let first = register("B");
+        let second = register("C");
 
-        migrate(&client, &from, &first, true);
-        migrate(&client, &from, &second, true);
+        migrate(&as_linked, &from, &first, true);
+        migrate(&as_linked, &from, &second, true);
 
         assert_eq!(from.client_count(), 0);
         assert_eq!(first.client_count(), 1);
@@ -554,9 +558,9 @@ mod tests {
         let server = client.link.lock().as_ref().unwrap().server.clone().unwrap();
         assert!(Arc::ptr_eq(&server, &first));
         // A lost connection the client already left does not close it.
-        close_if_pinned(&client, &from);
+        close_if_pinned(&*client, &from);
         assert!(!client.connection.outbound().is_closing());
-        node.finish(&client);
+        default_mode.client_finished(&*client, &CloseReason::ClientClosed);
         assert_eq!(first.client_count(), 0);
     }
 }

@@ -1,7 +1,17 @@
 //! The service's settings: one documented tree, every field with its default, unknown keys
-//! rejected, validated once at start.
+//! rejected, validated once at start into a [`ValidConfig`] that also holds what validation
+//! parsed (the upstream templates), so nothing parses a setting twice.
+//!
+//! # Layout
+//! - here: [`Config`] and its sections, [`ValidConfig`], [`ConfigError`].
+//! - `template`: `[[upstream.templates]]` entries parsed into name patterns and URL templates.
+
+mod template;
+
+pub(crate) use template::Templates;
 
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -260,7 +270,16 @@ impl Config {
         self.access_key.is_none()
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every setting and keeps what the checks parsed.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
+        let templates = self.check()?;
+        Ok(ValidConfig {
+            config: self,
+            templates,
+        })
+    }
+
+    fn check(&self) -> Result<Templates, ConfigError> {
         if self.development_mode() && !self.listen.ip().is_loopback() {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on non-loopback address {} in development mode (no access key \
@@ -361,7 +380,7 @@ impl Config {
         self.validate_upstream()
     }
 
-    fn validate_upstream(&self) -> Result<(), ConfigError> {
+    fn validate_upstream(&self) -> Result<Templates, ConfigError> {
         let upstream = &self.upstream;
         if upstream.timeout < Duration::from_millis(100) {
             return Err(ConfigError::Invalid(format!(
@@ -380,11 +399,7 @@ impl Config {
                 upstream.max_response_size
             )));
         }
-        for (index, template) in upstream.templates.iter().enumerate() {
-            crate::upstream::Template::parse(template)
-                .map_err(|e| ConfigError::Invalid(format!("upstream.templates[{index}].{e}")))?;
-        }
-        Ok(())
+        Templates::parse(&upstream.templates).map_err(ConfigError::Invalid)
     }
 
     /// The URL clients and REST callers use, without trailing slash.
@@ -393,6 +408,42 @@ impl Config {
             Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
             None => format!("http://{bound}"),
         }
+    }
+}
+
+/// A [`Config`] that passed [`Config::validate`], with what validation parsed. The node is
+/// built from one, so a setting that cannot work never reaches it.
+#[derive(Clone, Debug)]
+pub struct ValidConfig {
+    config: Config,
+    templates: Templates,
+}
+
+impl ValidConfig {
+    /// Settings that skip the range checks (the templates are still parsed): the fuzz
+    /// targets use limits below the minimum, so that small inputs reach the size checks.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn unchecked(config: Config) -> Result<ValidConfig, ConfigError> {
+        let templates =
+            Templates::parse(&config.upstream.templates).map_err(ConfigError::Invalid)?;
+        Ok(ValidConfig { config, templates })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The upstream templates in order (empty: no upstream).
+    pub(crate) fn templates(&self) -> &Templates {
+        &self.templates
+    }
+}
+
+impl Deref for ValidConfig {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.config
     }
 }
 

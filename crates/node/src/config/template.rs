@@ -2,7 +2,7 @@
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::config::UpstreamTemplate;
+use super::UpstreamTemplate;
 
 /// What `Uri.EscapeDataString` leaves alone: RFC 3986 unreserved characters.
 const ESCAPED: &AsciiSet = &NON_ALPHANUMERIC
@@ -159,19 +159,20 @@ fn parse_url(text: &str) -> Result<Vec<Part>, String> {
 }
 
 /// The templates in order: the first match wins.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Templates(Vec<Template>);
 
 impl Templates {
-    /// Parses validated entries; an entry that does not parse (only possible when the config
-    /// skipped validation) is left out.
-    pub(crate) fn new(entries: &[UpstreamTemplate]) -> Templates {
-        Templates(
-            entries
-                .iter()
-                .filter_map(|entry| Template::parse(entry).ok())
-                .collect(),
-        )
+    /// Parses every entry; the error names the first bad one (`upstream.templates[N].field…`).
+    pub(crate) fn parse(entries: &[UpstreamTemplate]) -> Result<Templates, String> {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                Template::parse(entry).map_err(|e| format!("upstream.templates[{index}].{e}"))
+            })
+            .collect::<Result<_, _>>()
+            .map(Templates)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -239,11 +240,12 @@ mod tests {
 
     #[test]
     fn matching_and_first_wins() {
-        let templates = Templates::new(&[
+        let templates = Templates::parse(&[
             entry("http://a/", "chat", "messages", "broadcast,echo"),
             entry("http://b/", "chat", "connections", "*"),
             entry("http://c/", "*", "*", "*"),
-        ]);
+        ])
+        .unwrap();
         let url = |hub, category, event| {
             templates
                 .find(hub, category, event)
@@ -265,7 +267,7 @@ mod tests {
             url("game", "messages", "echo").as_deref(),
             Some("http://c/")
         );
-        let only_chat = Templates::new(&[entry("http://a/", "chat", "*", "*")]);
+        let only_chat = Templates::parse(&[entry("http://a/", "chat", "*", "*")]).unwrap();
         assert!(only_chat.serves_hub("CHAT"));
         assert!(!only_chat.serves_hub("game"));
         assert!(only_chat.find("game", "messages", "x").is_none());

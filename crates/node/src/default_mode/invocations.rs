@@ -14,8 +14,7 @@ use switchyard_service_protocol::{
     ClientInvocation, ErrorCompletion, Extensions, ServiceMapping, ServiceMessage,
 };
 
-use super::ServerConnection;
-use crate::node::Node;
+use super::{ServerConnection, Servers};
 
 /// How long a routed invocation is remembered (Azure's cache limit).
 const PENDING_LIMIT: Duration = Duration::from_secs(600);
@@ -41,11 +40,17 @@ pub(crate) struct Invocations {
 
 impl Invocations {
     /// ClientInvocation from app server connection `from`.
-    pub(crate) fn invoke(&self, node: &Node, from: &Arc<ServerConnection>, call: ClientInvocation) {
+    pub(crate) fn invoke(
+        &self,
+        servers: &Servers,
+        instance_id: &str,
+        from: &Arc<ServerConnection>,
+        call: ClientInvocation,
+    ) {
         // A client still waiting for its handshake response must not get hub messages yet.
         let client = ConnectionId::new(&call.connection_id)
             .ok()
-            .and_then(|id| node.servers.find_client(&from.hub, &id))
+            .and_then(|id| servers.find_client(&from.hub, &id))
             .filter(|client| client.handshake_done());
         let Some(client) = client else {
             from.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
@@ -57,7 +62,7 @@ impl Invocations {
             }));
             return;
         };
-        let router = client.link.lock().as_ref().and_then(|l| l.server.clone());
+        let router = client.link().lock().as_ref().and_then(|l| l.server.clone());
         let caller_server_id: Arc<str> = Arc::from(call.caller_server_id.as_str());
         // `None`: the caller hosts the client and sees the answer itself.
         let router = router.filter(|r| r.server_id != caller_server_id);
@@ -73,13 +78,13 @@ impl Invocations {
             }));
             return;
         }
-        if let Some(protocol) = client.connection.protocol() {
+        if let Some(protocol) = client.connection().protocol() {
             if let Some((_, payload)) = call
                 .payloads
                 .iter()
                 .find(|(name, _)| name.eq_ignore_ascii_case(protocol.name()))
             {
-                client.connection.outbound().push(payload.clone());
+                client.connection().outbound().push(payload.clone());
             }
         }
         let Some(router) = router else {
@@ -89,7 +94,7 @@ impl Invocations {
             (from.hub.clone(), call.invocation_id.clone()),
             Pending {
                 hub: from.hub.clone(),
-                connection: client.connection.id().clone(),
+                connection: client.connection().id().clone(),
                 caller_server_id,
                 caller: from.clone(),
                 created: Instant::now(),
@@ -98,7 +103,7 @@ impl Invocations {
         from.send(&ServiceMessage::ServiceMapping(ServiceMapping {
             invocation_id: call.invocation_id.clone(),
             connection_id: call.connection_id.clone(),
-            instance_id: node.node_id.to_string(),
+            instance_id: instance_id.to_string(),
             ext: Extensions::default(),
         }));
         router.send(&ServiceMessage::ClientInvocation(call));
@@ -108,7 +113,7 @@ impl Invocations {
     /// another server routed it; from the caller itself it only ends the bookkeeping.
     pub(crate) fn complete(
         &self,
-        node: &Node,
+        servers: &Servers,
         from: &Arc<ServerConnection>,
         invocation_id: &str,
         message: ServiceMessage,
@@ -120,7 +125,7 @@ impl Invocations {
         if pending.caller_server_id == from.server_id {
             return;
         }
-        if let Some(caller) = node.servers.of_server(
+        if let Some(caller) = servers.of_server(
             &pending.hub,
             &pending.caller_server_id,
             Some(&pending.caller),
@@ -130,7 +135,7 @@ impl Invocations {
     }
 
     /// A client left: its callers on other servers get an error completion.
-    pub(crate) fn client_gone(&self, node: &Node, hub: &HubName, connection: &ConnectionId) {
+    pub(crate) fn client_gone(&self, servers: &Servers, hub: &HubName, connection: &ConnectionId) {
         let gone: Vec<(String, Pending)> = {
             let mut pending = self.pending.lock();
             if pending.is_empty() {
@@ -146,12 +151,12 @@ impl Invocations {
                 .collect()
         };
         for (id, pending) in gone {
-            fail(node, id, pending, "Connection disconnected.");
+            fail(servers, id, pending, "Connection disconnected.");
         }
     }
 
     /// Drops invocations older than the limit, telling their callers.
-    pub(crate) fn sweep(&self, node: &Node, now: Instant) {
+    pub(crate) fn sweep(&self, servers: &Servers, now: Instant) {
         let expired: Vec<(String, Pending)> = {
             let mut pending = self.pending.lock();
             if pending.is_empty() {
@@ -168,7 +173,7 @@ impl Invocations {
         };
         for (id, pending) in expired {
             fail(
-                node,
+                servers,
                 id,
                 pending,
                 "The client did not answer the invocation within 10 minutes.",
@@ -177,8 +182,8 @@ impl Invocations {
     }
 }
 
-fn fail(node: &Node, invocation_id: String, pending: Pending, error: &str) {
-    if let Some(caller) = node.servers.of_server(
+fn fail(servers: &Servers, invocation_id: String, pending: Pending, error: &str) {
+    if let Some(caller) = servers.of_server(
         &pending.hub,
         &pending.caller_server_id,
         Some(&pending.caller),

@@ -1,0 +1,125 @@
+//! Default mode: app servers connected over Azure's service protocol carry this node's
+//! clients. Written against [`LinkedClient`], a narrow view of a client, so nothing here
+//! knows transports or the client table.
+//!
+//! # Layout
+//! - `servers`: [`ServerConnection`] (one app-server WebSocket after its handshake) and the
+//!   [`Servers`] registry that pins clients to them.
+//! - `link`: the client side: what a client keeps to reach its app server ([`DefaultLink`]),
+//!   and the relay of the app server's bytes back to it.
+//! - `invocations`: client results (`ClientInvocation` and its completions) between servers.
+//! - here: [`DefaultMode`], the feature's state on one node.
+
+mod invocations;
+mod link;
+mod servers;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use switchyard_core::{ConnectionId, HubName};
+use switchyard_router::{Connection, Hub};
+use switchyard_service_protocol::ClientInvocation;
+
+pub(crate) use link::{ConnectInfo, DefaultLink};
+pub(crate) use servers::{ConnectionKind, ServerConnection, Servers};
+
+use crate::config::Config;
+use invocations::Invocations;
+
+/// What Default mode needs of a client connection.
+pub(crate) trait LinkedClient: Send + Sync {
+    /// The client as the router knows it: id, protocol, outbound queue.
+    fn connection(&self) -> &Arc<Connection>;
+    fn hub(&self) -> &Arc<Hub>;
+    /// The client's way to its app server; every path that moves or relays to the client
+    /// holds this lock.
+    fn link(&self) -> &Mutex<Option<Box<DefaultLink>>>;
+    fn is_finished(&self) -> bool;
+    fn handshake_done(&self) -> bool;
+    /// The app server's handshake response went out to the client.
+    fn mark_handshake_done(&self);
+}
+
+/// Default mode on one node: its app-server connections and the client invocations routed
+/// between them.
+pub(crate) struct DefaultMode {
+    pub(crate) servers: Servers,
+    invocations: Invocations,
+    /// This node's id, named in ServiceMapping as the instance hosting a client.
+    instance_id: String,
+    max_server_message_size: usize,
+    max_pending_bytes_per_server_connection: usize,
+}
+
+impl DefaultMode {
+    pub(crate) fn new(config: &Config, instance_id: String) -> DefaultMode {
+        DefaultMode {
+            servers: Servers::default(),
+            invocations: Invocations::default(),
+            instance_id,
+            max_server_message_size: config.limits.max_server_message_size,
+            max_pending_bytes_per_server_connection: config
+                .limits
+                .max_pending_bytes_per_server_connection,
+        }
+    }
+
+    /// Outbound bytes one app-server connection may have queued.
+    pub(crate) fn max_pending_bytes_per_server_connection(&self) -> usize {
+        self.max_pending_bytes_per_server_connection
+    }
+
+    /// ClientInvocation from app-server connection `from`.
+    pub(crate) fn invoke(&self, from: &Arc<ServerConnection>, call: ClientInvocation) {
+        self.invocations
+            .invoke(&self.servers, &self.instance_id, from, call);
+    }
+
+    /// ClientCompletion or ErrorCompletion from an app server.
+    pub(crate) fn complete(
+        &self,
+        from: &Arc<ServerConnection>,
+        invocation_id: &str,
+        message: switchyard_service_protocol::ServiceMessage,
+    ) {
+        self.invocations
+            .complete(&self.servers, from, invocation_id, message);
+    }
+
+    fn client_gone(&self, hub: &HubName, connection: &ConnectionId) {
+        self.invocations.client_gone(&self.servers, hub, connection);
+    }
+
+    /// Ends routed invocations that waited too long.
+    pub(crate) fn sweep(&self, now: Instant) {
+        self.invocations.sweep(&self.servers, now);
+    }
+
+    /// Moves or closes every client of a server connection that is gone or draining.
+    ///
+    /// `lost`: the connection itself is gone (its clients cannot stay). Otherwise the app server
+    /// asked to migrate its clients away (graceful shutdown with MigrateClients).
+    pub(crate) fn relocate_clients(&self, from: &Arc<ServerConnection>, lost: bool) {
+        let clients = if lost {
+            from.take_clients()
+        } else {
+            from.clients_snapshot()
+        };
+        for client in clients {
+            let target = if lost && !from.migrate {
+                None
+            } else {
+                self.servers.pick_migration_target(from, !lost)
+            };
+            match target {
+                // Detaches the client from `from` if it is still pinned there.
+                Some(target) => link::migrate(&client, from, &target, !lost),
+                None if lost => link::close_if_pinned(&*client, from),
+                // Draining with nowhere to go: the client stays until its connection ends.
+                None => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Messages about one of the app server's own clients: its bytes, and its close.
+
+use std::sync::Arc;
+
+use switchyard_core::{CloseReason, ConnectionId, Target};
+use switchyard_service_protocol::{CloseConnection, ConnectionData};
+
+use super::AppServers;
+use crate::command::Command;
+use crate::default_mode::{LinkedClient, ServerConnection};
+
+/// The client of this app server that `id` names, if it is pinned here. Only the app server
+/// a client is pinned to may write to it: another server's half messages would corrupt its
+/// stream.
+fn pinned_client(
+    app: &AppServers,
+    connection: &ServerConnection,
+    id: &ConnectionId,
+) -> Option<Arc<dyn LinkedClient>> {
+    connection.client(id).or_else(|| {
+        app.default_mode
+            .servers
+            .find_client(&connection.hub, id)
+            .filter(|client| {
+                client
+                    .link()
+                    .lock()
+                    .as_ref()
+                    .and_then(|link| link.server.as_ref())
+                    .is_some_and(|server| server.server_id == connection.server_id)
+            })
+    })
+}
+
+/// ConnectionData: bytes for one client.
+pub(super) fn relay(app: &AppServers, connection: &ServerConnection, data: ConnectionData) {
+    let client = ConnectionId::new(&data.connection_id)
+        .ok()
+        .and_then(|id| pinned_client(app, connection, &id));
+    match client {
+        Some(client) => app.default_mode.relay(&*client, data.payload),
+        None => tracing::debug!(connection = %data.connection_id, "data for a client that is gone"),
+    }
+}
+
+/// CloseConnection: the app server ends one of its clients (or any connection of the hub).
+pub(super) fn close(app: &AppServers, connection: &ServerConnection, close: CloseConnection) {
+    let Ok(id) = ConnectionId::new(&close.connection_id) else {
+        return;
+    };
+    let reason = (!close.error_message.is_empty()).then_some(close.error_message);
+    // Found through the server connections: a client still waiting for its handshake
+    // response is not in the hub yet.
+    let client = connection
+        .client(&id)
+        .or_else(|| app.default_mode.servers.find_client(&connection.hub, &id));
+    match client {
+        Some(client) => client.connection().close(CloseReason::ClosedByApi(reason)),
+        None => {
+            let command = Command::Close {
+                target: Target::Connection(id),
+                excluded: Vec::new(),
+                reason,
+            };
+            // A connection that does not exist is already closed.
+            let _ = app.executor.execute(&connection.hub, command);
+        }
+    }
+}

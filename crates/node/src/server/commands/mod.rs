@@ -1,0 +1,97 @@
+//! What each message from an app server does. A message that routes or changes membership
+//! becomes a [`Command`] (`routing`), applied by the executor like a REST call; the rest
+//! concern the app server's own clients (`clients`), the connection itself (`control`) and
+//! queries that answer with data (`queries`).
+
+mod clients;
+mod control;
+mod queries;
+mod routing;
+
+use std::sync::Arc;
+
+use switchyard_core::NameError;
+use switchyard_service_protocol::{Ack, AckStatus, ServiceMessage};
+
+use super::AppServers;
+use crate::command::{Command, Missing};
+use crate::default_mode::ServerConnection;
+use routing::Parsed;
+
+/// One message from the app server, in arrival order.
+pub(super) fn handle(
+    app: &AppServers,
+    connection: &Arc<ServerConnection>,
+    message: ServiceMessage,
+) {
+    let message = match routing::parse(message) {
+        Parsed::Command { command, ack_id } => {
+            let outcome = command
+                .map_err(Refused::Name)
+                .and_then(|command| execute(app, connection, command).map_err(Refused::Missing));
+            match (ack_id, outcome) {
+                (Some(ack_id), outcome) => answer(connection, ack_id, outcome),
+                (None, Err(refused)) => {
+                    tracing::debug!(%refused, "an app server's command did nothing")
+                }
+                (None, Ok(())) => {}
+            }
+            return;
+        }
+        Parsed::Other(message) => message,
+    };
+    match message {
+        ServiceMessage::Ping(ping) => control::ping(app, connection, ping),
+        ServiceMessage::ConnectionData(data) => clients::relay(app, connection, data),
+        ServiceMessage::CloseConnection(close) => clients::close(app, connection, close),
+        ServiceMessage::ClientInvocation(call) => app.default_mode.invoke(connection, call),
+        ServiceMessage::ClientCompletion(ref done) => {
+            let id = done.invocation_id.clone();
+            app.default_mode.complete(connection, &id, message);
+        }
+        ServiceMessage::ErrorCompletion(ref failed) => {
+            let id = failed.invocation_id.clone();
+            app.default_mode.complete(connection, &id, message);
+        }
+        ServiceMessage::GroupMemberQuery(query) => queries::group_members(app, connection, query),
+        ServiceMessage::AccessKeyRequest(request) => control::access_key(connection, request),
+        ServiceMessage::ConnectionFlowControl(_) | ServiceMessage::ConnectionReconnect(_) => {}
+        ServiceMessage::Unknown { type_id } => {
+            // Newer SDKs may send types this service does not know; ignoring keeps them working.
+            tracing::debug!(type_id, "ignoring an unknown service message type");
+        }
+        other => {
+            tracing::warn!(
+                message = other.name(),
+                "ignoring a message an app server does not send"
+            );
+        }
+    }
+}
+
+fn execute(
+    app: &AppServers,
+    connection: &ServerConnection,
+    command: Command,
+) -> Result<(), Missing> {
+    app.executor.execute(&connection.hub, command)
+}
+
+/// Why a command was not carried out.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("{0}")]
+    Name(NameError),
+    #[error("{0}")]
+    Missing(Missing),
+}
+
+/// The one place an outcome becomes an Ack: a miss or a name no connection, user or group can
+/// have is NotFound (the SDK turns it into `false`), with the reason as its message.
+fn answer(connection: &ServerConnection, ack_id: i32, outcome: Result<(), Refused>) {
+    let ack = match outcome {
+        Ok(()) => Ack::new(ack_id, AckStatus::Ok, ""),
+        Err(refused) => Ack::new(ack_id, AckStatus::NotFound, refused.to_string()),
+    };
+    connection.send(&ServiceMessage::Ack(ack));
+}
