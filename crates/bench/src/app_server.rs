@@ -10,6 +10,7 @@ use switchyard_auth::{ConnectionString, ConnectionStringError};
 use switchyard_client::app_server::{
     default_server_id, AppServer, AppServerConfig, AppServerError, AppServerHandle, ShutdownMode,
 };
+use switchyard_client::bench_hub::BenchHub;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -162,7 +163,7 @@ pub async fn start_app_server(args: &AppServerArgs) -> Result<RunningAppServer, 
         addr: args.listen,
         source,
     })?;
-    let server = Arc::new(AppServer::start(config)?);
+    let server = Arc::new(AppServer::start(config, Arc::new(BenchHub))?);
     let router = crate::negotiate::router(server.handle());
     let (http_stop, stopped) = oneshot::channel::<()>();
     let http = tokio::spawn(async move {

@@ -2,6 +2,7 @@
 //! the wire, and how it reacts to what the service sends.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -9,6 +10,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use switchyard_auth::{verify_token_ignoring_audience, AccessKeys, ConnectionString};
 use switchyard_client::app_server::{AppServer, AppServerConfig, ShutdownMode};
+use switchyard_client::bench_hub::BenchHub;
 use switchyard_hub_protocol::{encode_invocation, encode_message, Format, HubMessage};
 use switchyard_service_protocol::{
     self as sp, Ack, ClientCompletion, ClientInvocation, CloseConnection, ConnectionData,
@@ -263,7 +265,7 @@ impl FakeService {
     async fn peer_with(&mut self, mode: ShutdownMode) -> (AppServer, FakeConn) {
         let mut config = self.config(1);
         config.graceful_shutdown = mode;
-        let server = AppServer::start(config).unwrap();
+        let server = AppServer::start(config, Arc::new(BenchHub)).unwrap();
         let mut conn = self.accept().await;
         conn.accept_handshake().await;
         tokio::time::timeout(STEP, server.ready()).await.unwrap();
@@ -274,7 +276,7 @@ impl FakeService {
 #[tokio::test]
 async fn dials_with_sdk_headers_token_and_handshake() {
     let mut service = FakeService::start().await;
-    let server = AppServer::start(service.config(3)).unwrap();
+    let server = AppServer::start(service.config(3), Arc::new(BenchHub)).unwrap();
     let mut cids = Vec::new();
     for _ in 0..3 {
         let mut conn = service.accept().await;
@@ -320,7 +322,7 @@ async fn migrate_mode_sends_migration_level_1() {
     let mut service = FakeService::start().await;
     let mut config = service.config(1);
     config.graceful_shutdown = ShutdownMode::MigrateClients;
-    let _server = AppServer::start(config).unwrap();
+    let _server = AppServer::start(config, Arc::new(BenchHub)).unwrap();
     let mut conn = service.accept().await;
     assert_eq!(conn.accept_handshake().await.migration_level, 1);
 }
@@ -342,7 +344,7 @@ async fn echo_ping_comes_back_identical_and_unknown_types_are_ignored() {
 #[tokio::test]
 async fn refused_handshake_is_retried() {
     let mut service = FakeService::start().await;
-    let server = AppServer::start(service.config(1)).unwrap();
+    let server = AppServer::start(service.config(1), Arc::new(BenchHub)).unwrap();
     let mut first = service.accept().await;
     let _ = first.recv_any().await;
     first.send(HandshakeResponse::error("not now")).await;
@@ -946,7 +948,7 @@ async fn graceful_stop_with_migration() {
 #[tokio::test]
 async fn negotiate_redirect() {
     let mut service = FakeService::start().await;
-    let server = AppServer::start(service.config(1)).unwrap();
+    let server = AppServer::start(service.config(1), Arc::new(BenchHub)).unwrap();
     let handle = server.handle();
     assert!(matches!(
         handle.negotiate("bench", "", None),

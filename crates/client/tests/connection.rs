@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
 use switchyard_client::app_server::{AppServer, AppServerConfig};
+use switchyard_client::bench_hub::BenchHub;
 use switchyard_client::{
     connect, decode, http_client, ClientError, ConnectOptions, Connection, Transport,
 };
@@ -51,7 +52,7 @@ impl Service {
         config.hubs = vec![HUB.to_owned()];
         config.connections_per_hub = 1;
         config.server_id = "connection-tests".to_owned();
-        let app = AppServer::start(config).unwrap();
+        let app = AppServer::start(config, Arc::new(BenchHub)).unwrap();
         within("the app server connects", app.ready()).await;
         service.app = Some(app);
         service

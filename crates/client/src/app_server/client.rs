@@ -2,22 +2,16 @@
 //! send (split from ConnectionData chunks), and the task that runs their invocations one
 //! at a time, as ASP.NET Core does by default.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde_json::Value;
-use switchyard_hub_protocol::{
-    encode_completion, handshake, ping, CompletionResult, Format, FrameSplitter, HubMessage,
-};
-use switchyard_service_protocol::{
-    ClientCompletion, CloseConnection, ConnectionData, Extensions, OpenConnection,
-};
+use switchyard_hub_protocol::{handshake, CompletionResult, Format, FrameSplitter, HubMessage};
+use switchyard_service_protocol::{ConnectionData, Extensions, OpenConnection};
 use tokio::sync::mpsc;
 
-use super::hub::Hub;
 use super::link::Link;
 use super::InvokeError;
 
@@ -49,9 +43,10 @@ pub enum Job {
     },
 }
 
+/// A client and the queue of its worker task.
 pub struct ClientEntry {
     pub client: Arc<Client>,
-    jobs: mpsc::UnboundedSender<Job>,
+    pub(super) jobs: mpsc::UnboundedSender<Job>,
 }
 
 pub struct Client {
@@ -73,7 +68,7 @@ struct Stream {
 }
 
 /// What a chunk of client bytes amounted to.
-enum Event {
+pub(super) enum Event {
     HandshakeOk,
     HandshakeFailed(String),
     Message(HubMessage<Value>, Bytes),
@@ -81,6 +76,35 @@ enum Event {
 }
 
 impl Client {
+    /// The client OpenConnection announces on `link`.
+    pub(super) fn from_open(link: &Arc<Link>, open: &OpenConnection) -> Client {
+        let user = USER_CLAIMS.iter().find_map(|claim| {
+            open.claims
+                .iter()
+                .find(|(k, v)| k == claim && !v.is_empty())
+                .map(|(_, v)| v.clone())
+        });
+        let migrated = header(&open.headers, "Asrs-Migrate-From").is_some();
+        let format = OnceLock::new();
+        if let Some(f) = open.ext.protocol.as_deref().and_then(format_named) {
+            let _ = format.set(f);
+        } else if migrated {
+            let _ = format.set(Format::Json);
+        }
+        Client {
+            id: open.connection_id.clone(),
+            user,
+            link: link.clone(),
+            instance_id: header(&open.headers, "Asrs-Instance-Id").map(str::to_owned),
+            format,
+            stream: Mutex::new(Stream {
+                handshake_done: migrated,
+                buffer: BytesMut::new(),
+                scanned: 0,
+            }),
+        }
+    }
+
     /// The client's hub protocol, once known.
     pub fn format(&self) -> Option<Format> {
         self.format.get().copied()
@@ -96,7 +120,7 @@ impl Client {
     }
 
     /// Appends bytes from the service and returns what they completed.
-    fn feed(&self, payload: &[u8]) -> Vec<Event> {
+    pub(super) fn feed(&self, payload: &[u8]) -> Vec<Event> {
         let mut events = Vec::new();
         let mut stream = self.stream.lock();
         stream.buffer.extend_from_slice(payload);
@@ -193,7 +217,7 @@ pub fn completion_result(protocol: &str, payload: &[u8]) -> Result<Value, Invoke
     }
 }
 
-fn result_value(result: CompletionResult<Value>) -> Result<Value, InvokeError> {
+pub(super) fn result_value(result: CompletionResult<Value>) -> Result<Value, InvokeError> {
     match result {
         CompletionResult::Void => Ok(Value::Null),
         CompletionResult::Value(v) => Ok(v),
@@ -207,230 +231,4 @@ fn header<'a>(headers: &'a [(String, Vec<String>)], name: &str) -> Option<&'a st
         .find(|(k, _)| k.eq_ignore_ascii_case(name))
         .and_then(|(_, v)| v.first())
         .map(String::as_str)
-}
-
-impl Hub {
-    /// OpenConnection: a client is now pinned to `link`.
-    pub fn on_open(self: &Arc<Self>, link: &Arc<Link>, open: OpenConnection) {
-        let user = USER_CLAIMS.iter().find_map(|claim| {
-            open.claims
-                .iter()
-                .find(|(k, v)| k == claim && !v.is_empty())
-                .map(|(_, v)| v.clone())
-        });
-        let migrated = header(&open.headers, "Asrs-Migrate-From").is_some();
-        let format = OnceLock::new();
-        if let Some(f) = open.ext.protocol.as_deref().and_then(format_named) {
-            let _ = format.set(f);
-        } else if migrated {
-            let _ = format.set(Format::Json);
-        }
-        let client = Arc::new(Client {
-            id: open.connection_id.clone(),
-            user,
-            link: link.clone(),
-            instance_id: header(&open.headers, "Asrs-Instance-Id").map(str::to_owned),
-            format,
-            stream: Mutex::new(Stream {
-                handshake_done: migrated,
-                buffer: BytesMut::new(),
-                scanned: 0,
-            }),
-        });
-        let (jobs, rx) = mpsc::unbounded_channel();
-        let previous = self.clients.lock().insert(
-            open.connection_id.clone(),
-            ClientEntry {
-                client: client.clone(),
-                jobs,
-            },
-        );
-        match previous {
-            Some(old) => old.client.link.clients.fetch_sub(1, Ordering::Relaxed),
-            None => self.info.clients.fetch_add(1, Ordering::Relaxed),
-        };
-        link.clients.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(worker(self.clone(), client, rx));
-    }
-
-    /// CloseConnection from the service: the client is gone (or migrated away).
-    pub fn on_close(&self, close: CloseConnection) {
-        self.forget_client(&close.connection_id);
-    }
-
-    /// Removes a client; its worker ends and its pending client invocations fail.
-    pub fn forget_client(&self, id: &str) {
-        let removed = self.clients.lock().remove(id);
-        if let Some(entry) = removed {
-            entry.client.link.clients.fetch_sub(1, Ordering::Relaxed);
-            self.info.clients.fetch_sub(1, Ordering::Relaxed);
-            self.results.client_gone(id);
-        }
-    }
-
-    /// Closes a client from this side (CloseConnection A→S) and forgets it.
-    pub fn close_client(&self, client: &Client, error: &str) {
-        client.link.send(CloseConnection {
-            connection_id: client.id.clone(),
-            error_message: error.to_owned(),
-            headers: Vec::new(),
-            ext: Extensions::default(),
-        });
-        self.forget_client(&client.id);
-    }
-
-    pub fn client(&self, id: &str) -> Option<Arc<Client>> {
-        self.clients.lock().get(id).map(|e| e.client.clone())
-    }
-
-    /// ConnectionData from the service: bytes the client sent.
-    pub fn on_data(self: &Arc<Self>, _link: &Arc<Link>, data: ConnectionData) {
-        let Some((client, jobs)) = self
-            .clients
-            .lock()
-            .get(&data.connection_id)
-            .map(|e| (e.client.clone(), e.jobs.clone()))
-        else {
-            tracing::debug!(connection = %data.connection_id, "data for an unknown client");
-            return;
-        };
-        for event in client.feed(&data.payload) {
-            match event {
-                Event::HandshakeOk => {
-                    client.send_raw(Bytes::from_static(handshake::RESPONSE_OK));
-                }
-                Event::HandshakeFailed(error) => {
-                    client.send_raw(Bytes::from(handshake::encode_error_response(&error)));
-                    self.close_client(&client, &error);
-                    return;
-                }
-                Event::Broken(error) => {
-                    self.close_client(&client, &error);
-                    return;
-                }
-                Event::Message(message, framed) => {
-                    if !self.on_hub_message(&client, &jobs, message, framed) {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// One hub message from a client; `false` once the client is gone.
-    fn on_hub_message(
-        &self,
-        client: &Arc<Client>,
-        jobs: &mpsc::UnboundedSender<Job>,
-        message: HubMessage<Value>,
-        framed: Bytes,
-    ) -> bool {
-        match message {
-            HubMessage::Invocation {
-                invocation_id,
-                target,
-                arguments,
-                ..
-            } => {
-                let _ = jobs.send(Job::Invoke {
-                    invocation_id,
-                    target,
-                    arguments,
-                });
-            }
-            HubMessage::StreamInvocation {
-                invocation_id,
-                target,
-                ..
-            } => {
-                let _ = jobs.send(Job::Reject {
-                    invocation_id,
-                    error: format!("Unknown hub method '{target}'"),
-                });
-            }
-            HubMessage::Completion {
-                invocation_id,
-                result,
-                ..
-            } => self.on_client_result(client, &invocation_id, result, framed),
-            HubMessage::Close { .. } => {
-                self.close_client(client, "");
-                return false;
-            }
-            _ => {}
-        }
-        true
-    }
-
-    /// A client answered a client invocation: resolve it here if this server asked,
-    /// else pass it on to the caller server if this server routes it.
-    fn on_client_result(
-        &self,
-        client: &Client,
-        invocation_id: &str,
-        result: CompletionResult<Value>,
-        framed: Bytes,
-    ) {
-        let protocol = client.format().unwrap_or(Format::Json).name().to_owned();
-        if self.results.is_caller_of(invocation_id) {
-            self.results.complete(invocation_id, result_value(result));
-            client.link.send(ClientCompletion {
-                invocation_id: invocation_id.to_owned(),
-                connection_id: client.id.clone(),
-                caller_server_id: self.info.server_id().to_owned(),
-                protocol,
-                payload: Bytes::new(),
-                ext: Extensions::default(),
-            });
-        } else if let Some(routed) = self.results.take_route(invocation_id) {
-            client.link.send(ClientCompletion {
-                invocation_id: invocation_id.to_owned(),
-                connection_id: routed.connection_id,
-                caller_server_id: routed.caller_server_id,
-                protocol,
-                payload: framed,
-                ext: Extensions::default(),
-            });
-        } else {
-            tracing::debug!(invocation = %invocation_id, "completion for an unknown client invocation");
-        }
-    }
-}
-
-/// Runs one client's invocations in order and pings it every 15 s; ends when the client
-/// is forgotten (its job sender is dropped).
-async fn worker(hub: Arc<Hub>, client: Arc<Client>, mut jobs: mpsc::UnboundedReceiver<Job>) {
-    let start = tokio::time::Instant::now() + CLIENT_PING_INTERVAL;
-    let mut pings = tokio::time::interval_at(start, CLIENT_PING_INTERVAL);
-    loop {
-        tokio::select! {
-            job = jobs.recv() => match job {
-                None => return,
-                Some(Job::Invoke { invocation_id, target, arguments }) => {
-                    let outcome = super::bench_hub::invoke(&hub, &client, &target, arguments).await;
-                    if let Some(id) = invocation_id {
-                        let result = match outcome {
-                            Ok(None) => CompletionResult::Void,
-                            Ok(Some(value)) => CompletionResult::Value(value),
-                            Err(error) => CompletionResult::Error(error),
-                        };
-                        complete(&client, &id, result);
-                    }
-                }
-                Some(Job::Reject { invocation_id, error }) => {
-                    complete(&client, &invocation_id, CompletionResult::Error(error));
-                }
-            },
-            _ = pings.tick() => {
-                if let Some(format) = client.format() {
-                    client.send_raw(ping(format));
-                }
-            }
-        }
-    }
-}
-
-fn complete(client: &Client, invocation_id: &str, result: CompletionResult<Value>) {
-    let format = client.format().unwrap_or(Format::Json);
-    client.send_raw(encode_completion(format, invocation_id, result));
 }

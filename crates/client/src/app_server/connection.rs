@@ -20,6 +20,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use super::config::new_guid;
 use super::hub::Hub;
 use super::link::{now_ms, Link, Out};
+use super::methods::HubMethods;
 use super::token::{server_token, server_url};
 use super::AppServerError;
 
@@ -53,7 +54,7 @@ pub fn retry_delay(n: u32) -> Duration {
 }
 
 /// Keeps slot `slot` of `hub` connected until the app server stops.
-pub async fn run_slot(hub: Arc<Hub>, slot: usize) {
+pub async fn run_slot(hub: Arc<Hub>, slot: usize, methods: Arc<dyn HubMethods>) {
     let mut stop = hub.info.stop_signal.subscribe();
     // Consecutive failed dials; the first retry (after a drop or a failure) waits 1 s.
     let mut failures = 0u32;
@@ -61,7 +62,7 @@ pub async fn run_slot(hub: Arc<Hub>, slot: usize) {
         let delay = match dial(&hub).await {
             Ok((socket, leftover, cid)) => {
                 failures = 0;
-                run_session(&hub, slot, socket, leftover, cid).await;
+                run_session(&hub, slot, socket, leftover, cid, &methods).await;
                 retry_delay(0)
             }
             Err(e) => {
@@ -156,7 +157,14 @@ async fn dial(hub: &Hub) -> Result<(Socket, BytesMut, String), AppServerError> {
 
 /// Runs a handshaken connection until it drops, the service goes silent, a
 /// ServiceError arrives, or the app server stops.
-async fn run_session(hub: &Arc<Hub>, slot: usize, socket: Socket, leftover: BytesMut, cid: String) {
+async fn run_session(
+    hub: &Arc<Hub>,
+    slot: usize,
+    socket: Socket,
+    leftover: BytesMut,
+    cid: String,
+    methods: &Arc<dyn HubMethods>,
+) {
     let (sink, mut stream) = socket.split();
     let (tx, rx) = mpsc::unbounded_channel();
     let link = Arc::new(Link::new(hub.info.next_link_id(), cid, tx));
@@ -171,7 +179,7 @@ async fn run_session(hub: &Arc<Hub>, slot: usize, socket: Socket, leftover: Byte
         let mut last_read = now_ms();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        if !dispatch(hub, &link, &frames, &mut buffer) {
+        if !dispatch(hub, &link, &frames, &mut buffer, methods) {
             return;
         }
         loop {
@@ -184,7 +192,7 @@ async fn run_session(hub: &Arc<Hub>, slot: usize, socket: Socket, leftover: Byte
                         Some(Ok(_)) => continue,
                     }
                     last_read = now_ms();
-                    if !dispatch(hub, &link, &frames, &mut buffer) {
+                    if !dispatch(hub, &link, &frames, &mut buffer, methods) {
                         return;
                     }
                     keep_alive(hub, &link);
@@ -213,11 +221,17 @@ async fn run_session(hub: &Arc<Hub>, slot: usize, socket: Socket, leftover: Byte
 }
 
 /// Decodes every complete message in `buffer`; `false` when the stream is unusable.
-fn dispatch(hub: &Arc<Hub>, link: &Arc<Link>, frames: &FrameReader, buffer: &mut BytesMut) -> bool {
+fn dispatch(
+    hub: &Arc<Hub>,
+    link: &Arc<Link>,
+    frames: &FrameReader,
+    buffer: &mut BytesMut,
+    methods: &Arc<dyn HubMethods>,
+) -> bool {
     loop {
         match frames.next_body(buffer) {
             Ok(Some(body)) => match sp::decode(&body) {
-                Ok(message) => hub.on_message(link, message),
+                Ok(message) => hub.on_message(link, message, methods),
                 Err(e) => tracing::warn!(hub = %hub.name, "undecodable service message: {e}"),
             },
             Ok(None) => return true,

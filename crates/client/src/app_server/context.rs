@@ -55,6 +55,19 @@ impl HubContext {
         &self.hub.name
     }
 
+    /// This app server's id (`X-ASRS-Server-Id`).
+    pub fn server_id(&self) -> &str {
+        self.hub.info.server_id()
+    }
+
+    /// Clients connected to this app server, over all its hubs.
+    pub fn server_client_count(&self) -> usize {
+        self.hub
+            .info
+            .clients
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The connection this context writes to: its scope while usable, else round-robin.
     fn link(&self) -> Result<Arc<Link>, NotConnected> {
         match &self.scope {

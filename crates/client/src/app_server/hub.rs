@@ -6,14 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use switchyard_service_protocol::{self as sp, Ping, ServiceMessage};
+use switchyard_service_protocol::{self as sp, CloseConnection, Extensions, Ping};
 use tokio::sync::watch;
 
 use super::acks::Acks;
-use super::client::ClientEntry;
+use super::client::{Client, ClientEntry};
 use super::config::AppServerConfig;
 use super::link::Link;
-use super::results::{Results, Routed};
+use super::results::Results;
 
 /// State shared by every hub of one app server.
 pub struct ServerInfo {
@@ -153,44 +153,7 @@ impl Hub {
         self.results.clear();
     }
 
-    /// Handles one message from the service on `link`.
-    pub fn on_message(self: &Arc<Self>, link: &Arc<Link>, message: ServiceMessage) {
-        match message {
-            ServiceMessage::Ping(ping) => self.on_ping(link, ping),
-            ServiceMessage::OpenConnection(open) => self.on_open(link, open),
-            ServiceMessage::CloseConnection(close) => self.on_close(close),
-            ServiceMessage::ConnectionData(data) => self.on_data(link, data),
-            ServiceMessage::ServiceError(error) => {
-                tracing::warn!(hub = %self.name, cid = %link.cid, "service error: {}", error.error_message);
-                link.fail();
-            }
-            ServiceMessage::Ack(ack) => self.acks.resolve(ack.ack_id, ack.status, ack.message),
-            ServiceMessage::ClientInvocation(invocation) => self.results.route(
-                invocation.invocation_id,
-                Routed {
-                    connection_id: invocation.connection_id,
-                    caller_server_id: invocation.caller_server_id,
-                },
-            ),
-            ServiceMessage::ClientCompletion(completion) => self.on_client_completion(completion),
-            ServiceMessage::ErrorCompletion(error) => {
-                if !self.results.complete(
-                    &error.invocation_id,
-                    Err(super::InvokeError::Failed(error.error)),
-                ) {
-                    self.results.take_route(&error.invocation_id);
-                }
-            }
-            ServiceMessage::ServiceMapping(mapping) => tracing::debug!(
-                invocation = %mapping.invocation_id,
-                instance = %mapping.instance_id,
-                "client invocation mapped"
-            ),
-            other => tracing::trace!("ignored service message {}", other.name()),
-        }
-    }
-
-    fn on_ping(&self, link: &Arc<Link>, ping: Ping) {
+    pub(super) fn on_ping(&self, link: &Arc<Link>, ping: Ping) {
         if ping.get("echo").is_some() {
             link.send(ping);
         } else if ping.get("shutdown") == Some("finack") {
@@ -221,8 +184,41 @@ impl Hub {
         Ping::new(&[("#clientInHub", &in_hub), ("#client", &on_link)])
     }
 
-    fn on_client_completion(&self, completion: sp::ClientCompletion) {
+    pub(super) fn on_client_completion(&self, completion: sp::ClientCompletion) {
         let result = super::client::completion_result(&completion.protocol, &completion.payload);
         self.results.complete(&completion.invocation_id, result);
+    }
+}
+
+/// Clients pinned to this server, by connection id.
+impl Hub {
+    /// CloseConnection from the service: the client is gone (or migrated away).
+    pub fn on_close(&self, close: CloseConnection) {
+        self.forget_client(&close.connection_id);
+    }
+
+    /// Removes a client; its worker ends and its pending client invocations fail.
+    pub fn forget_client(&self, id: &str) {
+        let removed = self.clients.lock().remove(id);
+        if let Some(entry) = removed {
+            entry.client.link.clients.fetch_sub(1, Ordering::Relaxed);
+            self.info.clients.fetch_sub(1, Ordering::Relaxed);
+            self.results.client_gone(id);
+        }
+    }
+
+    /// Closes a client from this side (CloseConnection A→S) and forgets it.
+    pub fn close_client(&self, client: &Client, error: &str) {
+        client.link.send(CloseConnection {
+            connection_id: client.id.clone(),
+            error_message: error.to_owned(),
+            headers: Vec::new(),
+            ext: Extensions::default(),
+        });
+        self.forget_client(&client.id);
+    }
+
+    pub fn client(&self, id: &str) -> Option<Arc<Client>> {
+        self.clients.lock().get(id).map(|e| e.client.clone())
     }
 }

@@ -1,25 +1,27 @@
 //! A Rust app-server peer: connects to the service's `/server` endpoint the way the .NET
 //! server SDK (Microsoft.Azure.SignalR) does, hosts clients routed to it, and runs the
-//! benchmark hub for them (spec §1, §2.1).
+//! application's hub ([`HubMethods`]) for them (spec §1, §2.1).
 //!
 //! # Layout
 //! - [`config`]: [`AppServerConfig`], [`ShutdownMode`].
 //! - `connection`: one fixed connection slot (dial, handshake, keep-alive, redial).
 //! - `hub` / `client`: per-hub state and the clients pinned to this server.
+//! - `dispatch`: what the service sends, and each client's invocations run in order.
 //! - [`HubContext`]: sends, group operations and client results, as the SDK writes them.
-//! - `bench_hub`: the hub methods clients can invoke.
+//! - [`HubMethods`]: the application's hub, which the app server calls.
 //! - [`negotiate`]: the negotiate redirect document (HTTP is the caller's).
 //! - [`token`]: URLs and tokens derived from the connection string.
 
 mod acks;
-mod bench_hub;
 mod client;
 pub mod config;
 mod connection;
 mod context;
+mod dispatch;
 mod error;
 mod hub;
 mod link;
+mod methods;
 pub mod negotiate;
 mod results;
 pub mod token;
@@ -33,11 +35,11 @@ use switchyard_auth::ConnectionString;
 use switchyard_service_protocol::Ping;
 use tokio::task::JoinHandle;
 
-pub use bench_hub::MEASURE;
 pub use config::{default_server_id, AppServerConfig, ShutdownMode};
 pub use connection::retry_delay;
 pub use context::{payloads, HubContext};
 pub use error::{AckError, AppServerError, InvokeError, NotConnected};
+pub use methods::{Caller, HubMethods, MethodResult};
 pub use negotiate::{Redirect, NOT_CONNECTED};
 
 use hub::{Hub, ServerInfo};
@@ -86,8 +88,11 @@ pub enum NegotiateError {
 
 impl AppServer {
     /// Validates the configuration and starts dialling every connection; returns at once
-    /// (see [`AppServer::ready`]).
-    pub fn start(config: AppServerConfig) -> Result<AppServer, AppServerError> {
+    /// (see [`AppServer::ready`]). Clients' invocations go to `methods`.
+    pub fn start(
+        config: AppServerConfig,
+        methods: Arc<dyn HubMethods>,
+    ) -> Result<AppServer, AppServerError> {
         if config.hubs.is_empty() {
             return Err(AppServerError::NoHubs);
         }
@@ -107,7 +112,11 @@ impl AppServer {
         let mut tasks = Vec::new();
         for hub in &hubs {
             for slot in 0..hub.slot_count() {
-                tasks.push(tokio::spawn(connection::run_slot(hub.clone(), slot)));
+                tasks.push(tokio::spawn(connection::run_slot(
+                    hub.clone(),
+                    slot,
+                    methods.clone(),
+                )));
             }
             tasks.push(tokio::spawn(status_pings(hub.clone())));
         }

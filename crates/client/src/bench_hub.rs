@@ -1,23 +1,33 @@
-//! The hub every configured hub name runs: the methods of Azure's SignalR benchmark
-//! tool (clients receive `Measure(ts, payload)`), plus what tests need to reach every
-//! service-protocol send. Method names match case-insensitively, as in ASP.NET Core.
-//!
-//! A method returns `Ok(None)` for a void method (Completion without result),
-//! `Ok(Some(v))` for a result, `Err(text)` for an error completion.
+//! [`BenchHub`]: the hub the benchmark and the tests run in the app server: the methods of
+//! Azure's SignalR benchmark tool (clients receive `Measure(ts, payload)`), plus what tests
+//! need to reach every service-protocol send. Method names match case-insensitively, as in
+//! ASP.NET Core.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use super::client::Client;
-use super::context::HubContext;
-use super::hub::Hub;
+use crate::app_server::{Caller, HubContext, HubMethods, MethodResult};
+
+/// The benchmark's hub methods, for every hub the app server serves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BenchHub;
+
+impl HubMethods for BenchHub {
+    fn invoke(
+        &self,
+        context: HubContext,
+        caller: Caller,
+        method: String,
+        arguments: Vec<Value>,
+    ) -> BoxFuture<'static, MethodResult> {
+        Box::pin(async move { invoke(&context, &caller, &method, arguments).await })
+    }
+}
 
 /// What clients receive.
 pub const MEASURE: &str = "Measure";
 
-type Outcome = Result<Option<Value>, String>;
+type Outcome = MethodResult;
 
 /// Argument access with ASP.NET-like binding errors.
 struct Args<'a> {
@@ -84,22 +94,13 @@ fn checked<E: std::fmt::Display>(result: Result<bool, E>) -> Outcome {
         .map_err(|e| e.to_string())
 }
 
-/// Runs hub method `target` for `client`.
-pub async fn invoke(
-    hub: &Arc<Hub>,
-    client: &Arc<Client>,
-    target: &str,
-    arguments: Vec<Value>,
-) -> Outcome {
-    let ctx = HubContext {
-        hub: hub.clone(),
-        scope: Some(client.link.clone()),
-    };
+/// Runs hub method `target` for `caller`.
+async fn invoke(ctx: &HubContext, caller: &Caller, target: &str, arguments: Vec<Value>) -> Outcome {
     let args = Args {
         method: target,
         values: arguments,
     };
-    let me = client.id.as_str();
+    let me = caller.connection_id.as_str();
     match target.to_ascii_lowercase().as_str() {
         "echo" => {
             args.expect(2)?;
@@ -148,7 +149,7 @@ pub async fn invoke(
                 &args.string(0)?,
                 &[me.to_owned()],
                 &[],
-                client.user.as_deref(),
+                caller.user_id.as_deref(),
                 MEASURE,
                 &args.measure(1),
             ))
@@ -225,15 +226,17 @@ pub async fn invoke(
         }
         "getuserid" => {
             args.expect(0)?;
-            Ok(Some(client.user.clone().map_or(Value::Null, Value::from)))
+            Ok(Some(
+                caller.user_id.clone().map_or(Value::Null, Value::from),
+            ))
         }
         "getserverid" => {
             args.expect(0)?;
-            Ok(Some(Value::from(hub.info.server_id())))
+            Ok(Some(Value::from(ctx.server_id())))
         }
         "count" => {
             args.expect(0)?;
-            Ok(Some(Value::from(hub.info.clients.load(Ordering::Relaxed))))
+            Ok(Some(Value::from(ctx.server_client_count())))
         }
         _ => Err(format!("Unknown hub method '{target}'")),
     }

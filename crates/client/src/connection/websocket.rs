@@ -1,0 +1,99 @@
+//! The WebSocket transport: a TCP connection from a chosen source address, without Nagle,
+//! and a small read buffer.
+
+use std::net::{IpAddr, SocketAddr};
+
+use reqwest::header::HeaderValue;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::WebSocketStream;
+use url::Url;
+
+use super::{CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, WS_READ_BUFFER};
+use crate::ClientError;
+
+pub(super) async fn open(
+    target: &Url,
+    token: Option<&str>,
+    local_address: Option<IpAddr>,
+    max_message_size: usize,
+) -> Result<WebSocketStream<TcpStream>, ClientError> {
+    let mut url = target.clone();
+    url.set_fragment(None);
+    if url.scheme() == "https" {
+        return Err(ClientError::Protocol(
+            "WebSockets over TLS (wss://) is not supported by this client".into(),
+        ));
+    }
+    url.set_scheme("ws")
+        .map_err(|()| ClientError::Protocol(format!("cannot make a ws:// URL of '{url}'")))?;
+    let stream = tcp_connect(&url, local_address)
+        .await
+        .map_err(|e| ClientError::WebSocket(e.into()))?;
+    let mut request = url.as_str().into_client_request()?;
+    if let Some(token) = token {
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| ClientError::Protocol("the access token is not a header value".into()))?;
+        request.headers_mut().insert("authorization", value);
+    }
+    let config = WebSocketConfig::default()
+        .read_buffer_size(WS_READ_BUFFER)
+        // Each message is written at once (a send flushes anyway).
+        .write_buffer_size(0)
+        .max_message_size(Some(max_message_size.max(DEFAULT_MAX_MESSAGE_SIZE)));
+    let (socket, _) =
+        tokio_tungstenite::client_async_with_config(request, stream, Some(config)).await?;
+    Ok(socket)
+}
+
+/// A TCP connection to `url`'s host, from `local_address` if given, without Nagle.
+async fn tcp_connect(url: &Url, local_address: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    use std::io::{Error, ErrorKind};
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "the URL has no port"))?;
+    let addrs: Vec<SocketAddr> = match url.host() {
+        Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(ip.into(), port)],
+        Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(ip.into(), port)],
+        Some(url::Host::Domain(name)) => tokio::net::lookup_host((name, port)).await?.collect(),
+        None => return Err(Error::new(ErrorKind::InvalidInput, "the URL has no host")),
+    };
+    let mut last_error = None;
+    for addr in addrs {
+        if local_address.is_some_and(|local| local.is_ipv4() != addr.is_ipv4()) {
+            continue;
+        }
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        if let Some(local) = local_address {
+            socket.bind(SocketAddr::new(local, 0))?;
+        }
+        match tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(addr)).await {
+            Ok(Ok(stream)) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last_error = Some(e),
+            Err(_) => {
+                last_error = Some(Error::new(
+                    ErrorKind::TimedOut,
+                    format!("connecting to {addr} timed out"),
+                ))
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        Error::new(
+            ErrorKind::AddrNotAvailable,
+            format!(
+                "no address of {} can be reached from {}",
+                url.host_str().unwrap_or_default(),
+                local_address.map(|a| a.to_string()).unwrap_or_default()
+            ),
+        )
+    }))
+}
