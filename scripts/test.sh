@@ -31,9 +31,14 @@ need node || { echo "node (>= 20) is required"; exit 1; }
 need npm || { echo "npm is required"; exit 1; }
 # crates/bench/tests/scenarios.rs builds the Go peer (bench/peers/go-signalr) with it.
 need go || { echo "go is required (the benchmark's Go peer is built and run by cargo test)"; exit 1; }
+need python3 || { echo "python3 is required (scripts/module-cycles.py)"; exit 1; }
 
 run "cargo fmt --check" cargo fmt --all -- --check
 run "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+run "cargo clippy (node with the fuzzing entry points)" cargo clippy -p switchyard-node --features fuzzing --all-targets --locked -- -D warnings
+# Every crate's files form layers: no import cycle between files, none between top-level modules.
+run "module layering (no import cycles)" bash -c 'python3 scripts/module-cycles.py crates/* && python3 scripts/module-cycles.py --parent-edges --top-level crates/*'
+
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked
 step "building the service and the bench app server for the end-to-end tests"

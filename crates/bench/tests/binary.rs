@@ -5,29 +5,18 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use switchyard_auth::EMULATOR_ACCESS_KEY;
-use switchyard_node::{Config, Node};
+use switchyard_testkit::TestServer;
 
 #[cfg(unix)]
 #[tokio::test]
 async fn app_server_binary_prints_address_serves_negotiate_and_stops_on_sigterm() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let service = listener.local_addr().unwrap();
-    let node = Node::new(Config::default().validate().unwrap());
-    tokio::spawn(switchyard_node::serve(
-        listener,
-        node,
-        std::future::pending(),
-    ));
+    let service = TestServer::start().await;
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-bench"))
         .args([
             "app-server",
             "--connection-string",
-            &format!(
-                "Endpoint=http://127.0.0.1;Port={};AccessKey={EMULATOR_ACCESS_KEY};Version=1.0;",
-                service.port()
-            ),
+            &service.connection_string(),
             "--listen",
             "127.0.0.1:0",
             "--connections",
@@ -67,7 +56,7 @@ async fn app_server_binary_prints_address_serves_negotiate_and_stops_on_sigterm(
     let body: serde_json::Value = response.json().await.unwrap();
     assert!(body["url"].as_str().unwrap().starts_with(&format!(
         "http://127.0.0.1:{}/client/?hub=bench&asrs.op=%2Fbench&asrs_request_id=",
-        service.port()
+        service.addr.port()
     )));
 
     let status = Command::new("kill")

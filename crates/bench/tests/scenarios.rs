@@ -6,32 +6,20 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use switchyard_auth::EMULATOR_ACCESS_KEY;
 use switchyard_capacity::report::Report;
-use switchyard_node::{Config, Node};
+use switchyard_testkit::TestServer;
 
 /// A service node in this process on a free port; stops when dropped.
 struct Service {
     connection_string: String,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _server: TestServer,
 }
 
 async fn service() -> Service {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(switchyard_node::serve(
-        listener,
-        Node::new(Config::default().validate().unwrap()),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let server = TestServer::start().await;
     Service {
-        connection_string: format!(
-            "Endpoint=http://127.0.0.1;Port={port};AccessKey={EMULATOR_ACCESS_KEY};Version=1.0;"
-        ),
-        _stop: stop,
+        connection_string: server.connection_string(),
+        _server: server,
     }
 }
 

@@ -2,57 +2,19 @@
 //! negotiates through the peer's redirect, connects to the service, and every hub call
 //! travels client → service → peer → service → client.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use switchyard_auth::EMULATOR_ACCESS_KEY;
+
 use switchyard_bench::{start_app_server, AppServerArgs, RunningAppServer};
 use switchyard_client::{negotiate, WsClient};
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
-use switchyard_node::{Config, Node};
-use tokio::sync::oneshot;
+use switchyard_testkit::TestServer;
 
 const STEP: Duration = Duration::from_secs(10);
 
-/// A service node on a free port (the pattern of `crates/node/tests/common`).
-struct Service {
-    addr: SocketAddr,
-    _node: Arc<Node>,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Service {
-    async fn start() -> Service {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let node = Node::new(Config::default().validate().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn({
-            let node = node.clone();
-            async move {
-                switchyard_node::serve(listener, node, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            }
-        });
-        Service {
-            addr,
-            _node: node,
-            _stop: stop,
-        }
-    }
-
-    fn connection_string(&self) -> String {
-        format!(
-            "Endpoint=http://127.0.0.1;Port={};AccessKey={EMULATOR_ACCESS_KEY};Version=1.0;",
-            self.addr.port()
-        )
-    }
-}
+/// A service node on a free port.
+type Service = TestServer;
 
 async fn peer(service: &Service, server_id: &str) -> RunningAppServer {
     let mut args = AppServerArgs::new(service.connection_string());

@@ -252,7 +252,7 @@ async fn run(flags: Flags) -> bool {
     let _ = stop_tx.send(Some(last_send + drain));
     let rest_ok = Arc::new(AtomicU64::new(0));
     let rest_failed = Arc::new(AtomicU64::new(0));
-    let rest_latencies = Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
+    let rest_latencies = Arc::new(parking_lot::Mutex::new(Vec::<u32>::new()));
     let mut senders = Vec::with_capacity(total_messages as usize);
     for seq in 0..total_messages {
         sleep_until(start + send_period.mul_f64(seq as f64)).await;
@@ -277,10 +277,7 @@ async fn run(flags: Flags) -> bool {
             match request.send().await {
                 Ok(response) if response.status().is_success() => {
                     ok.fetch_add(1, Relaxed);
-                    latencies
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(began.elapsed().as_micros() as u32);
+                    latencies.lock().push(began.elapsed().as_micros() as u32);
                 }
                 Ok(response) => {
                     failed.fetch_add(1, Relaxed);
@@ -330,10 +327,7 @@ async fn run(flags: Flags) -> bool {
         let index = ((p / 100.0) * (all.len() as f64 - 1.0)).round() as usize;
         all[index.min(all.len() - 1)] as f64 / 1000.0
     };
-    let mut rest = rest_latencies
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let mut rest = rest_latencies.lock().clone();
     rest.sort_unstable();
     let rest_pct = |p: f64| -> f64 {
         if rest.is_empty() {

@@ -18,19 +18,12 @@ use switchyard_client::{
     connect, decode, http_client, ClientError, ConnectOptions, Connection, Transport,
 };
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
-use switchyard_node::{Config, Node};
+use switchyard_node::Node;
+use switchyard_testkit::{now, TestServer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
 
 const HUB: &str = "bench";
 const STEP: Duration = Duration::from_secs(10);
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
 
 /// A service node on a free port, with an app server connected for [`HUB`] (so clients of
 /// the hub are served in Default mode by the benchmark hub).
@@ -38,16 +31,13 @@ struct Service {
     addr: SocketAddr,
     node: Arc<Node>,
     app: Option<AppServer>,
-    _stop: oneshot::Sender<()>,
+    server: TestServer,
 }
 
 impl Service {
     async fn start() -> Service {
         let mut service = Service::without_app_server().await;
-        let cs = format!(
-            "Endpoint=http://127.0.0.1;Port={};AccessKey={EMULATOR_ACCESS_KEY};Version=1.0;",
-            service.addr.port()
-        );
+        let cs = service.server.connection_string();
         let mut config = AppServerConfig::new(cs.parse().unwrap());
         config.hubs = vec![HUB.to_owned()];
         config.connections_per_hub = 1;
@@ -59,18 +49,12 @@ impl Service {
     }
 
     async fn without_app_server() -> Service {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let node = Node::new(Config::default().validate().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(switchyard_node::serve(listener, node.clone(), async move {
-            let _ = stopped.await;
-        }));
+        let server = TestServer::start().await;
         Service {
-            addr,
-            node,
+            addr: server.addr,
+            node: server.node.clone(),
             app: None,
-            _stop: stop,
+            server,
         }
     }
 

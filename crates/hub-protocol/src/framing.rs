@@ -156,14 +156,43 @@ impl FrameSplitter {
 
     /// The length of the longest prefix of `buf` made of whole messages (0 if the first one
     /// is incomplete), for a relay that forwards runs of whole messages without splitting
-    /// them. `scanned`: leading bytes known to hold no record separator.
+    /// them. `scanned`: leading bytes known to hold no record separator. For JSON only the
+    /// incomplete rest is held against the size limit: whole messages arrived inside one frame
+    /// that was itself within the peer's limit. JSON is searched backwards from the end, so a large
+    /// message that arrives whole costs no scan of its body.
     pub fn whole_prefix_len(&self, buf: &[u8], scanned: usize) -> Result<usize, FrameError> {
-        let mut at = 0;
-        let mut scanned = scanned;
-        while let Some(found) = self.locate(&buf[at..], &mut scanned)? {
-            at += found.end;
+        let too_large = FrameError::TooLarge {
+            limit: self.max_message_size,
+        };
+        match self.format {
+            Format::Json => {
+                let end = buf[scanned.min(buf.len())..]
+                    .iter()
+                    .rposition(|&b| b == RECORD_SEPARATOR)
+                    .map_or(0, |p| scanned + p + 1);
+                if buf.len() - end > self.max_message_size {
+                    return Err(too_large);
+                }
+                Ok(end)
+            }
+            Format::MessagePack => {
+                let mut at = 0;
+                while at < buf.len() {
+                    let Some((len, prefix)) = read_varint(&buf[at..])? else {
+                        break;
+                    };
+                    let len = len as usize;
+                    if len > self.max_message_size {
+                        return Err(too_large);
+                    }
+                    if buf.len() - at - prefix < len {
+                        break;
+                    }
+                    at += prefix + len;
+                }
+                Ok(at)
+            }
         }
-        Ok(at)
     }
 
     /// Takes every complete message off the front of `buf`, leaving any incomplete rest.
@@ -227,7 +256,8 @@ mod tests {
             MP_PING.len() + MP_CLOSE.len()
         );
         let small = FrameSplitter::new(Format::Json, 4);
-        assert!(small.whole_prefix_len(JSON_B, 0).is_err());
+        assert!(small.whole_prefix_len(b"{\"type\":", 0).is_err());
+        assert_eq!(small.whole_prefix_len(JSON_B, 0).unwrap(), JSON_B.len());
         assert!(splitter(Format::MessagePack)
             .whole_prefix_len(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01], 0)
             .is_err());

@@ -1374,18 +1374,8 @@ async fn client_endpoint_paths_and_names() {
 // ---------------------------------------------------------------------------------------
 
 async fn dial_server(server: &TestServer, hub: &str, token: &str) -> Result<Ws, WsError> {
-    let mut request = format!("{}&cid=c1", server.server_ws_url(hub))
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
-        .headers_mut()
-        .insert("x-asrs-server-id", "bad-server".parse().unwrap());
-    tokio_tungstenite::connect_async(request)
-        .await
-        .map(|(ws, _)| ws)
+    let url = format!("{}&cid=c1", server.server_ws_url(hub));
+    common::dial_url(&url, Some(token), Some("bad-server")).await
 }
 
 /// Reads until the app-server connection is closed; the error of the HandshakeResponse it

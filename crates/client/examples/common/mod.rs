@@ -2,9 +2,9 @@
 //! real client connection (negotiate → WebSocket → handshake).
 #![allow(dead_code)]
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use switchyard_auth::TokenBuilder;
@@ -210,16 +210,11 @@ pub struct ErrorTally {
 
 impl ErrorTally {
     pub fn add(&self, kind: String) {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(kind)
-            .or_insert(0) += 1;
+        *self.counts.lock().entry(kind).or_insert(0) += 1;
     }
 
     pub fn print(&self, label: &str) {
-        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let counts = self.counts.lock();
         for (kind, count) in counts.iter() {
             println!("{label} count={count} kind={kind:?}");
         }

@@ -1,0 +1,28 @@
+//! The harness every integration test of the workspace shares, so that new tests (the
+//! cluster's among them) reuse it instead of copying it.
+//!
+//! # Layout
+//! - [`server`]: [`TestServer`], a real node on port 0, its URLs and tokens.
+//! - [`wait`]: [`eventually`], [`within`], [`WAIT`], [`now`].
+//! - [`http`]: [`Http`], raw long-polling and Server-Sent Events requests.
+//! - [`app_server`]: [`AppServer`], raw service-protocol frames to `/server`.
+//! - [`raw_client`]: [`RawClient`], a raw WebSocket SignalR client; [`Msg`].
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod app_server;
+pub mod http;
+pub mod raw_client;
+pub mod server;
+pub mod wait;
+
+pub use app_server::{
+    dial, dial_url, handshake_request, refused_status, AppServer, Ws, ACK_WAIT, NOT_FOUND,
+    NO_DELAY, OK,
+};
+pub use http::{Http, HANDSHAKE_JSON};
+pub use raw_client::{
+    connect_client, decode_frame, default_mode, header, sticky_token, Msg, RawClient,
+};
+pub use server::TestServer;
+pub use wait::{eventually, now, within, WAIT};

@@ -1,0 +1,147 @@
+//! [`TestServer`]: a real node on port 0 in the test's runtime, with the URLs and tokens
+//! its endpoints take.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
+use switchyard_core::HubName;
+use switchyard_node::{Config, Node};
+use tokio::sync::oneshot;
+
+use crate::now;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub node: Arc<Node>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(Config::default()).await
+    }
+
+    pub async fn start_with(config: Config) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let node = Node::new(config.validate().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let node = node.clone();
+            async move {
+                switchyard_node::serve(listener, node, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            }
+        });
+        TestServer {
+            addr,
+            node,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// `Endpoint=http://127.0.0.1;Port=…;AccessKey=…;Version=1.0;`, as apps are given it.
+    pub fn connection_string(&self) -> String {
+        format!(
+            "Endpoint=http://{};Port={};AccessKey={};Version=1.0;",
+            self.addr.ip(),
+            self.addr.port(),
+            self.key()
+        )
+    }
+
+    pub fn http(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/client/?hub=HUB`
+    pub fn client_url(&self, hub: &str) -> String {
+        format!("http://{}/client/?hub={hub}", self.addr)
+    }
+
+    pub fn ws_url(&self, hub: &str, id: Option<&str>) -> String {
+        match id {
+            Some(id) => format!("ws://{}/client/?hub={hub}&id={id}", self.addr),
+            None => format!("ws://{}/client/?hub={hub}", self.addr),
+        }
+    }
+
+    /// The key tokens are signed with: the configured access key, else the Emulator's.
+    pub fn key(&self) -> String {
+        self.node
+            .config()
+            .access_key
+            .clone()
+            .unwrap_or_else(|| EMULATOR_ACCESS_KEY.to_string())
+    }
+
+    /// `ws://127.0.0.1:PORT/server/?hub=HUB` (the app-server endpoint).
+    pub fn server_ws_url(&self, hub: &str) -> String {
+        format!("ws://{}/server/?hub={hub}", self.addr)
+    }
+
+    /// The audience the server SDK puts in its tokens: `http://{host}/server/?hub={hub}`,
+    /// without the port.
+    pub fn server_audience(&self, hub: &str) -> String {
+        format!("http://{}/server/?hub={hub}", self.addr.ip())
+    }
+
+    /// An app-server token as the SDK issues it: `nameid` = the server id.
+    pub fn server_token(&self, hub: &str, server_id: &str) -> String {
+        TokenBuilder::new(self.server_audience(hub))
+            .claim("nameid", server_id)
+            .sign(&self.key(), now())
+    }
+
+    pub fn token(&self, hub: &str, user: Option<&str>) -> String {
+        let mut builder = TokenBuilder::new(self.client_url(hub));
+        if let Some(user) = user {
+            builder = builder.claim("asrs.s.uid", user);
+        }
+        builder.sign(EMULATOR_ACCESS_KEY, now())
+    }
+
+    pub fn token_with(&self, hub: &str, claims: &[(&str, &str)]) -> String {
+        let mut builder = TokenBuilder::new(self.client_url(hub));
+        for (k, v) in claims {
+            builder = builder.claim(*k, *v);
+        }
+        builder.sign(EMULATOR_ACCESS_KEY, now())
+    }
+
+    /// Sends `target(arguments)` to everyone in the hub through the node's executor.
+    pub fn broadcast(&self, hub: &str, target: &str, arguments: &[serde_json::Value]) {
+        let hub = HubName::new(hub, None).unwrap();
+        let executor = self.node.executor();
+        let payloads = executor.encode_invocation(&hub, target, arguments);
+        executor.send(
+            &hub,
+            switchyard_core::Target::All { excluded: vec![] },
+            payloads,
+        );
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
