@@ -46,6 +46,28 @@ const CASE_INSENSITIVE_VALUES: [&str; 3] = ["hub", "application", "api-version"]
 ///   `?api-version=…&application=…` matches a request that also has
 ///   `excluded=…`.
 pub fn audience_matches(aud: &str, request: &RequestTarget<'_>) -> bool {
+    audience_matches_strictly(aud, request, &Strictness::default())
+}
+
+/// What [`audience_matches_strictly`] checks beyond [`audience_matches`]: for REST paths,
+/// some segments are names (users, groups, connections), compared case-sensitively.
+///
+/// Query keys are not bound beyond the usual rule (those the audience names must match):
+/// Azure documents REST audiences as the URL without its query, so such a token stands for
+/// the path under any `application`; one that names an application is held to it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Strictness<'a> {
+    /// Path segments (0-based, after the leading `/`) compared exactly rather than
+    /// ignoring ASCII case.
+    pub exact_segments: &'a [usize],
+}
+
+/// [`audience_matches`] with the extra checks of `strict`.
+pub fn audience_matches_strictly(
+    aud: &str,
+    request: &RequestTarget<'_>,
+    strict: &Strictness<'_>,
+) -> bool {
     let Ok(url) = Url::parse(aud.trim()) else {
         return false;
     };
@@ -58,7 +80,7 @@ pub fn audience_matches(aud: &str, request: &RequestTarget<'_>) -> bool {
     if !hosts_equal(aud_host, strip_port(request.host)) {
         return false;
     }
-    if !paths_equal(url.path(), request.path) {
+    if !paths_equal_strictly(url.path(), request.path, strict.exact_segments) {
         return false;
     }
     let request_query = request.query.unwrap_or("");
@@ -139,7 +161,14 @@ fn hosts_equal(a: &str, b: &str) -> bool {
     !b.is_empty() && normalize_host(a) == normalize_host(b)
 }
 
+#[cfg(test)]
 fn paths_equal(a: &str, b: &str) -> bool {
+    paths_equal_strictly(a, b, &[])
+}
+
+/// Paths equal after percent-decoding and ignoring one trailing `/`, segment by segment:
+/// ASCII case ignored except in `exact` segments.
+fn paths_equal_strictly(a: &str, b: &str, exact: &[usize]) -> bool {
     fn normalized(p: &str) -> Cow<'_, [u8]> {
         let decoded: Cow<'_, [u8]> = percent_decode_str(p).into();
         match decoded {
@@ -152,7 +181,29 @@ fn paths_equal(a: &str, b: &str) -> bool {
             }
         }
     }
-    normalized(a).eq_ignore_ascii_case(&normalized(b))
+    let (a, b) = (normalized(a), normalized(b));
+    let strip = |p: &[u8]| -> Vec<u8> { p.strip_prefix(b"/").unwrap_or(p).to_vec() };
+    let (a, b) = (strip(&a), strip(&b));
+    let mut left = a.split(|&c| c == b'/');
+    let mut right = b.split(|&c| c == b'/');
+    let mut index = 0;
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) => {
+                let same = if exact.contains(&index) {
+                    x == y
+                } else {
+                    x.eq_ignore_ascii_case(y)
+                };
+                if !same {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+        index += 1;
+    }
 }
 
 #[cfg(test)]
@@ -179,5 +230,17 @@ mod tests {
         ));
         assert!(!paths_equal("/client/", "/server/"));
         assert!(!paths_equal("/client//", "/client"));
+        // Names compare exactly where asked; literals and the hub never do.
+        let exact = [4];
+        assert!(paths_equal_strictly(
+            "/api/hubs/chat/users/alice/:send",
+            "/API/hubs/Chat/users/alice/:SEND",
+            &exact
+        ));
+        assert!(!paths_equal_strictly(
+            "/api/hubs/chat/users/alice/:send",
+            "/api/hubs/chat/users/ALICE/:send",
+            &exact
+        ));
     }
 }

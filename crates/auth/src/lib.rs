@@ -24,7 +24,10 @@ pub mod jwt;
 pub mod keys;
 pub mod upstream;
 
-pub use audience::{audience_matches, client_audience, server_audience, RequestTarget};
+pub use audience::{
+    audience_matches, audience_matches_strictly, client_audience, server_audience, RequestTarget,
+    Strictness,
+};
 pub use connection_string::{ConnectionString, ConnectionStringError};
 pub use jwt::{
     bearer_token, claim_types, issue_token, sanitize_user_claims, transports, verify_token,

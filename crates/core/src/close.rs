@@ -29,6 +29,9 @@ pub enum CloseReason {
     ServiceShutdown,
     /// Default mode: the app-server connection carrying this client went away.
     AppServerGone,
+    /// Default mode: the app server does not read its connection, and this client's message
+    /// would have overflowed the connection's queue.
+    AppServerBusy,
 }
 
 impl CloseReason {
@@ -47,6 +50,7 @@ impl CloseReason {
             CloseReason::Inactive => "inactive",
             CloseReason::ServiceShutdown => "service_shutdown",
             CloseReason::AppServerGone => "app_server_gone",
+            CloseReason::AppServerBusy => "app_server_busy",
         }
     }
 
@@ -73,7 +77,8 @@ impl CloseReason {
             | CloseReason::AuthExpired
             | CloseReason::ClosedByApi(_)
             | CloseReason::ServiceShutdown
-            | CloseReason::AppServerGone => true,
+            | CloseReason::AppServerGone
+            | CloseReason::AppServerBusy => true,
         }
     }
 }
@@ -109,6 +114,9 @@ impl fmt::Display for CloseReason {
             CloseReason::AppServerGone => {
                 f.write_str("the app server connection carrying this client was lost")
             }
+            CloseReason::AppServerBusy => f.write_str(
+                "the app server is not reading its connection, whose queue this client's messages would overflow",
+            ),
         }
     }
 }

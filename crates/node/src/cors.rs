@@ -46,6 +46,8 @@ const ALLOW_PRIVATE_NETWORK: &str = "access-control-allow-private-network";
 #[derive(Debug)]
 pub(crate) struct CorsPolicy {
     any_origin: bool,
+    /// Only pages on this machine (development mode without a configured list).
+    loopback_only: bool,
     /// Normalized (`scheme://host[:port]`, lower case, default port dropped), or `null`.
     origins: Vec<String>,
     max_age: HeaderValue,
@@ -54,7 +56,7 @@ pub(crate) struct CorsPolicy {
 impl Cors {
     /// Checks every configured origin; the error names the bad entry.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        for origin in &self.allowed_origins {
+        for origin in self.allowed_origins.iter().flatten() {
             normalize_origin(origin).map_err(|reason| {
                 ConfigError::Invalid(format!(
                     "cors.allowed_origins: '{origin}' is not an origin: {reason} (expected \"*\", \
@@ -94,15 +96,18 @@ fn normalize_origin(text: &str) -> Result<String, String> {
 }
 
 impl CorsPolicy {
-    pub(crate) fn new(config: &Cors) -> CorsPolicy {
+    pub(crate) fn new(config: &Cors, development_mode: bool) -> CorsPolicy {
         let origins: Vec<String> = config
             .allowed_origins
             .iter()
+            .flatten()
             // Validated at start; an entry that still fails to parse matches nothing.
             .filter_map(|o| normalize_origin(o).ok())
             .collect();
+        let unset = config.allowed_origins.is_none();
         CorsPolicy {
-            any_origin: origins.iter().any(|o| o == "*"),
+            any_origin: origins.iter().any(|o| o == "*") || (unset && !development_mode),
+            loopback_only: unset && development_mode,
             origins,
             max_age: HeaderValue::from(config.max_age.as_secs()),
         }
@@ -115,7 +120,24 @@ impl CorsPolicy {
         let Ok(origin) = origin.to_str() else {
             return false;
         };
+        if self.loopback_only {
+            return is_loopback_origin(origin);
+        }
         self.origins.iter().any(|o| o.eq_ignore_ascii_case(origin))
+    }
+}
+
+/// Whether an origin is a page on this machine: `localhost`, 127.0.0.0/8 or `[::1]`, any
+/// scheme and port.
+fn is_loopback_origin(origin: &str) -> bool {
+    let Ok(url) = url::Url::parse(origin) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     }
 }
 
@@ -267,7 +289,7 @@ mod tests {
     #[test]
     fn validation_names_the_bad_entry() {
         let cors = Cors {
-            allowed_origins: vec!["https://ok.example".into(), "nope".into()],
+            allowed_origins: Some(vec!["https://ok.example".into(), "nope".into()]),
             ..Cors::default()
         };
         let err = cors.validate().unwrap_err().to_string();
@@ -276,23 +298,48 @@ mod tests {
 
     #[test]
     fn matching() {
-        let policy = CorsPolicy::new(&Cors {
-            allowed_origins: vec!["https://a.example".into(), "http://localhost:3000/".into()],
-            ..Cors::default()
-        });
+        let policy = CorsPolicy::new(
+            &Cors {
+                allowed_origins: Some(vec![
+                    "https://a.example".into(),
+                    "http://localhost:3000/".into(),
+                ]),
+                ..Cors::default()
+            },
+            true,
+        );
         let allows = |o: &'static str| policy.allows(&HeaderValue::from_static(o));
         assert!(allows("https://a.example"));
         assert!(allows("http://localhost:3000"));
         assert!(!allows("http://localhost:3001"));
         assert!(!allows("https://a.example.evil.example"));
         assert!(!allows("null"));
-        let any = CorsPolicy::new(&Cors::default());
+        let any = CorsPolicy::new(&Cors::default(), false);
         assert!(any.allows(&HeaderValue::from_static("https://anything.example")));
-        let none = CorsPolicy::new(&Cors {
-            allowed_origins: vec![],
-            ..Cors::default()
-        });
+        let none = CorsPolicy::new(
+            &Cors {
+                allowed_origins: Some(vec![]),
+                ..Cors::default()
+            },
+            false,
+        );
         assert!(!none.allows(&HeaderValue::from_static("https://a.example")));
+        // Development mode without a list: pages on this machine only.
+        let local = CorsPolicy::new(&Cors::default(), true);
+        for origin in [
+            "http://localhost:5173",
+            "https://127.0.0.2",
+            "http://[::1]:8080",
+        ] {
+            assert!(local.allows(&HeaderValue::from_static(origin)), "{origin}");
+        }
+        for origin in [
+            "https://evil.example",
+            "null",
+            "http://localhost.evil.example",
+        ] {
+            assert!(!local.allows(&HeaderValue::from_static(origin)), "{origin}");
+        }
     }
 
     #[test]

@@ -18,11 +18,12 @@ use switchyard_router::{GroupMember, Interest, Router};
 
 use crate::command::{Check, Command, Missing};
 use crate::config::ValidConfig;
+use crate::http::Auth;
 use crate::metrics::Metrics;
 
 pub struct Executor {
     config: ValidConfig,
-    keys: AccessKeys,
+    auth: Auth,
     node_id: NodeId,
     router: Arc<Router>,
     backplane: Arc<dyn Backplane>,
@@ -92,8 +93,8 @@ impl Executor {
             }),
         );
         Executor {
+            auth: Auth::new(keys, &config),
             config,
-            keys,
             node_id,
             router,
             backplane,
@@ -106,7 +107,12 @@ impl Executor {
     }
 
     pub fn keys(&self) -> &AccessKeys {
-        &self.keys
+        self.auth.keys()
+    }
+
+    /// Token checks against this service's keys, origins and token lifetime cap.
+    pub(crate) fn auth(&self) -> &Auth {
+        &self.auth
     }
 
     pub fn node_id(&self) -> &NodeId {

@@ -190,7 +190,7 @@ impl ClientSession {
             audiences: Vec::new(),
         };
         let clients = node.clients();
-        let client = create_client(clients, &hub, token, false).map_err(|e| e.message)?;
+        let client = create_client(clients, &hub, token, false, None).map_err(|e| e.message)?;
         let session = ClientSession {
             node: node.clone(),
             client,

@@ -3,10 +3,13 @@
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use switchyard_auth::{
-    audience_matches, verify_token, AccessKeys, AuthError, RequestTarget, VerifiedToken,
+    audience_matches_strictly, verify_token, AccessKeys, AuthError, RequestTarget, Strictness,
+    VerifiedToken,
 };
 use switchyard_core::clock::unix_now;
 use switchyard_core::HubName;
+
+use crate::config::{Config, ValidConfig};
 
 /// Query pairs, percent-decoded, in order (keys may repeat, e.g. `excluded`).
 pub(crate) struct Query(pub Vec<(String, String)>);
@@ -93,51 +96,121 @@ pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
-/// Scheme and host the client used, for audience checks (`X-Forwarded-*` from a proxy first).
-pub(crate) fn request_origin(headers: &HeaderMap, uri: &Uri) -> (String, String) {
-    let header_text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    let scheme = header_text("x-forwarded-proto")
-        .or_else(|| uri.scheme_str().map(str::to_string))
-        .unwrap_or_else(|| "http".to_string());
-    let host = header_text("x-forwarded-host")
-        .or_else(|| header_text("host"))
-        .or_else(|| uri.authority().map(|a| a.to_string()))
-        .unwrap_or_default();
-    (scheme, host)
+/// The client's address: the socket's peer, or, when the peer is a trusted proxy, the
+/// nearest address in `X-Forwarded-For` that is not one.
+pub(crate) fn client_ip(
+    request: &axum::http::request::Parts,
+    config: &ValidConfig,
+) -> Option<std::net::IpAddr> {
+    let peer = request
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| crate::config::canonical_ip(info.0.ip()))?;
+    if !config.is_trusted_proxy(peer) {
+        return Some(peer);
+    }
+    let forwarded = request
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|item| item.trim().parse::<std::net::IpAddr>().ok())
+        .collect::<Vec<_>>();
+    Some(
+        forwarded
+            .into_iter()
+            .rev()
+            .find(|ip| !config.is_trusted_proxy(*ip))
+            .unwrap_or(peer),
+    )
 }
 
-/// Verifies a bearer token whose audience must match `path` + `query` on this host.
-pub(crate) fn authenticate(
-    keys: &AccessKeys,
-    token: Option<&str>,
-    headers: &HeaderMap,
-    uri: &Uri,
-    path: &str,
-    query: Option<&str>,
-) -> Result<VerifiedToken, AuthError> {
-    let token = token.ok_or_else(|| AuthError::Malformed("no access token was given".into()))?;
-    let (scheme, host) = request_origin(headers, uri);
-    let target = RequestTarget {
-        scheme: &scheme,
-        host: &host,
-        path,
-        query,
-    };
-    verify_token(token, keys, unix_now(), |aud| {
-        audience_matches(aud, &target)
-    })
+/// What a token must show to this service: a key's signature, an audience naming one of
+/// the service's own origins (never what the request's `Host` or `X-Forwarded-*` headers
+/// claim), and at most the configured lifetime.
+pub(crate) struct Auth {
+    keys: AccessKeys,
+    /// `(scheme, host)` pairs tokens may name: the public endpoint, the listen address.
+    origins: Vec<(String, String)>,
+    /// Longest lifetime a token may have, in seconds; 0: no cap.
+    max_lifetime_secs: i64,
+}
+
+impl Auth {
+    pub(crate) fn new(keys: AccessKeys, config: &Config) -> Auth {
+        let mut origins = Vec::new();
+        if let Some(url) = config
+            .public_endpoint
+            .as_deref()
+            .and_then(|endpoint| url::Url::parse(endpoint).ok())
+        {
+            if let Some(host) = url.host_str() {
+                origins.push((url.scheme().to_string(), host.to_string()));
+            }
+        }
+        let ip = config.listen.ip();
+        if !ip.is_unspecified() {
+            let host = match ip {
+                std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                v4 => v4.to_string(),
+            };
+            origins.push(("http".to_string(), host));
+        }
+        Auth {
+            keys,
+            origins,
+            max_lifetime_secs: config.limits.max_token_lifetime.as_secs() as i64,
+        }
+    }
+
+    pub(crate) fn keys(&self) -> &AccessKeys {
+        &self.keys
+    }
+
+    /// Verifies a bearer token whose audience must name `path` + `query` on one of this
+    /// service's origins.
+    pub(crate) fn authenticate(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        query: Option<&str>,
+        strict: &Strictness<'_>,
+    ) -> Result<VerifiedToken, AuthError> {
+        let token =
+            token.ok_or_else(|| AuthError::Malformed("no access token was given".into()))?;
+        let now = unix_now();
+        let verified = verify_token(token, &self.keys, now, |aud| {
+            self.origins.iter().any(|(scheme, host)| {
+                let target = RequestTarget {
+                    scheme,
+                    host,
+                    path,
+                    query,
+                };
+                audience_matches_strictly(aud, &target, strict)
+            })
+        })?;
+        if self.max_lifetime_secs > 0 {
+            let issued = verified
+                .claim("iat")
+                .and_then(|iat| iat.parse::<i64>().ok())
+                .unwrap_or(now);
+            if verified.expires_at - issued > self.max_lifetime_secs {
+                return Err(AuthError::Malformed(format!(
+                    "the token lives longer than this service allows ({} s; limits.max_token_lifetime)",
+                    self.max_lifetime_secs
+                )));
+            }
+        }
+        Ok(verified)
+    }
 }
 
 /// The hub endpoints' common check (`/client/`, `/server/`): exactly one valid `hub`, and a
 /// bearer token whose audience is `{path}?hub={hub}` on this host.
 pub(crate) fn authorize_hub(
-    keys: &AccessKeys,
+    auth: &Auth,
     request: &axum::http::request::Parts,
     query: &Query,
     path: &str,
@@ -151,14 +224,13 @@ pub(crate) fn authorize_hub(
     let hub = HubName::new(query.get("hub").unwrap_or_default(), None)
         .map_err(|e| TextError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     let audience_query = format!("hub={}", hub.as_str());
-    let token = authenticate(
-        keys,
-        bearer_token(&request.headers, query),
-        &request.headers,
-        &request.uri,
-        path,
-        Some(&audience_query),
-    )
-    .map_err(|e| TextError::new(StatusCode::UNAUTHORIZED, e.to_string()))?;
+    let token = auth
+        .authenticate(
+            bearer_token(&request.headers, query),
+            path,
+            Some(&audience_query),
+            &Strictness::default(),
+        )
+        .map_err(|e| TextError::new(StatusCode::UNAUTHORIZED, e.to_string()))?;
     Ok((hub, token))
 }

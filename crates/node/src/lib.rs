@@ -29,6 +29,7 @@ mod fuzz_support;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
+mod listener;
 pub mod metrics;
 mod rest;
 mod server;
@@ -154,17 +155,42 @@ impl Node {
 /// The service's HTTP routes for a node, behind the CORS middleware (which also answers
 /// preflights for paths no route serves).
 pub fn routes(node: Arc<Node>) -> HttpRouter {
-    let cors = Arc::new(cors::CorsPolicy::new(&node.config().cors));
-    HttpRouter::new()
+    app_routes(&node, true)
+}
+
+/// The routes, with or without `/metrics` (which moves to the admin listener when one is
+/// configured).
+fn app_routes(node: &Arc<Node>, with_metrics: bool) -> HttpRouter {
+    let config = node.config();
+    let cors = Arc::new(cors::CorsPolicy::new(
+        &config.cors,
+        config.development_mode(),
+    ));
+    let mut router = HttpRouter::new()
         .merge(client::routes().with_state(node.clients.clone()))
         .merge(rest::routes().with_state(node.executor.clone()))
-        .merge(server::routes().with_state(node.app_servers.clone()))
-        .route(
-            "/metrics",
-            axum::routing::get(metrics).with_state(node.metrics.clone()),
-        )
+        .merge(server::routes().with_state(node.app_servers.clone()));
+    if with_metrics {
+        router = router.merge(metrics_routes(node));
+    }
+    router
         .fallback(no_route)
         .layer(axum::middleware::from_fn_with_state(cors, cors::layer))
+}
+
+/// `/metrics` (Prometheus text).
+fn metrics_routes(node: &Arc<Node>) -> HttpRouter {
+    HttpRouter::new().route(
+        "/metrics",
+        axum::routing::get(metrics).with_state(node.metrics.clone()),
+    )
+}
+
+/// What the admin listener serves: metrics and health.
+fn admin_routes(node: &Arc<Node>) -> HttpRouter {
+    metrics_routes(node)
+        .route("/api/health", axum::routing::get(|| async { "" }))
+        .fallback(no_route)
 }
 
 /// Any path no route serves (including `..` and other traversal attempts, which are not
@@ -190,40 +216,63 @@ async fn metrics(
 }
 
 /// Runs one node on `listener` until `shutdown` completes, then closes every client with an
-/// allow-reconnect Close and returns.
+/// allow-reconnect Close and returns. With `admin_listen` configured, `/metrics` is served on
+/// that address instead.
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let heartbeat = tokio::spawn(node.clone().heartbeat());
-    let app = routes(node.clone());
-    let closing = node.clone();
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    // The peer address reaches app servers as X-Forwarded-For (Default mode).
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    // Small frames go out at once: Nagle's algorithm would hold a frame written while an
-    // earlier one is unacknowledged (up to the peer's delayed-ACK time).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown.await;
-        closing.close_all_clients(SHUTDOWN_DRAIN).await;
-        let _ = stopping.send(());
-    });
-    // Responses still in flight after the drain (e.g. an event stream to a client that stopped
-    // reading) get a bounded grace period, then the server stops regardless.
-    let result = tokio::select! {
-        result = server => result,
-        _ = async {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        } => Ok(()),
+    let admin = match node.config().admin_listen {
+        Some(address) => Some(TcpListener::bind(address).await?),
+        None => None,
     };
+    serve_listeners(listener, admin, node, shutdown).await
+}
+
+/// [`serve`] with the admin listener (metrics and health) already bound, or none.
+pub async fn serve_listeners(
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    node: Arc<Node>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let heartbeat = tokio::spawn(node.clone().heartbeat());
+    let config = node.config().clone();
+    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin_task = admin.map(|admin| {
+        let (router, config, metrics) = (admin_routes(&node), config.clone(), node.metrics.clone());
+        tokio::spawn(async move {
+            let stopped = async {
+                let _ = admin_stopped.await;
+            };
+            listener::run(
+                admin,
+                router,
+                &config,
+                metrics,
+                stopped,
+                || async {},
+                SHUTDOWN_GRACE,
+            )
+            .await
+        })
+    });
+    let closing = node.clone();
+    let result = listener::run(
+        listener,
+        app_routes(&node, admin_task.is_none()),
+        &config,
+        node.metrics.clone(),
+        shutdown,
+        move || async move { closing.close_all_clients(SHUTDOWN_DRAIN).await },
+        SHUTDOWN_GRACE,
+    )
+    .await;
+    let _ = stop_admin.send(());
+    if let Some(task) = admin_task {
+        let _ = task.await;
+    }
     heartbeat.abort();
     result
 }

@@ -53,6 +53,12 @@ pub struct Metrics {
     pub server_messages_received: Counter,
     /// Upstream webhook requests, by category and outcome.
     pub upstream_requests: Family<UpstreamLabel, Counter>,
+    /// Open HTTP sockets (before any upgrade: WebSockets count until they are upgraded).
+    pub http_connections: Gauge,
+    /// Sockets not served, by reason: `full` (limits.max_http_connections), `per_address`
+    /// (limits.max_connections_per_address), `reserved` (a request in the reserve that is
+    /// not health, metrics or an app server).
+    pub http_connections_refused: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,6 +74,8 @@ impl Default for Metrics {
         let server_connections_closed = Family::<ReasonLabel, Counter>::default();
         let server_messages_received = Counter::<u64, AtomicU64>::default();
         let upstream_requests = Family::<UpstreamLabel, Counter>::default();
+        let http_connections = Gauge::default();
+        let http_connections_refused = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "client_connections",
             "Client connections with an open transport",
@@ -118,8 +126,20 @@ impl Default for Metrics {
             "Upstream webhook requests, by category and outcome",
             upstream_requests.clone(),
         );
+        registry.register(
+            "http_connections",
+            "Open HTTP sockets",
+            http_connections.clone(),
+        );
+        registry.register(
+            "http_connections_refused",
+            "Sockets or requests refused at the socket limits, by reason (full, per_address, reserved)",
+            http_connections_refused.clone(),
+        );
         Metrics {
             registry,
+            http_connections,
+            http_connections_refused,
             client_connections,
             connections_opened,
             connections_closed,

@@ -886,36 +886,65 @@ async fn floods_of_connects_and_sends() {
     }
 }
 
-/// A flood of connects over the connection limit: the excess is refused with 429 and a text.
+/// A flood of negotiates over the pending limit, then of connects over the connection limit:
+/// the excess is refused with 429 and a text, and negotiated-but-unconnected connections never
+/// count as clients (audit finding 7: they used to lock everyone else out).
 #[tokio::test]
-async fn a_flood_over_the_connection_limit_is_refused() {
+async fn a_flood_over_the_connection_limits_is_refused() {
     let mut config = Config::default();
     config.limits.max_client_connections = 20;
+    config.limits.max_pending_negotiations = 40;
     let (server, mut bystander) = setup(config).await;
     let token = server.token(HUB, None);
     let http = reqwest::Client::new();
-    let requests = (0..100).map(|_| {
+    let negotiate = || {
         http.post(format!(
             "{}/client/negotiate?hub={HUB}&negotiateVersion=1",
             server.http()
         ))
         .bearer_auth(&token)
         .send()
-    });
-    let responses = futures_util::future::join_all(requests).await;
-    let mut accepted = 0;
+    };
+    let responses = futures_util::future::join_all((0..100).map(|_| negotiate())).await;
+    let mut ids = Vec::new();
     for response in responses {
         let response = response.unwrap();
         match response.status().as_u16() {
-            200 => accepted += 1,
-            429 => assert_eq!(
-                response.text().await.unwrap(),
-                "the service has reached its maximum number of client connections"
-            ),
+            200 => {
+                let body: serde_json::Value = response.json().await.unwrap();
+                ids.push(body["connectionToken"].as_str().unwrap().to_string());
+            }
+            429 => assert!(response
+                .text()
+                .await
+                .unwrap()
+                .contains("too many negotiated connections are waiting to connect"),),
             other => panic!("negotiate in a flood: {other}"),
         }
     }
-    assert_eq!(accepted, 19, "the limit counts the bystander");
+    assert_eq!(ids.len(), 40, "the pending limit, not the connection limit");
+    // Connecting them: 19 fit beside the bystander; the others are refused at connect.
+    let mut connected = Vec::new();
+    let mut refused = 0;
+    for id in &ids {
+        let url = format!("{}&id={id}", server.ws_url(HUB, None));
+        match switchyard_client::WsClient::connect(&url, Some(&token), Format::Json).await {
+            Ok(client) => connected.push(client),
+            Err(switchyard_client::ClientError::WebSocket(WsError::Http(response))) => {
+                assert_eq!(response.status().as_u16(), 429);
+                refused += 1;
+            }
+            Err(other) => panic!("connect in a flood: {other}"),
+        }
+    }
+    assert_eq!(
+        connected.len(),
+        19,
+        "the connection limit counts the bystander"
+    );
+    assert_eq!(refused, 21);
+    // A full service refuses negotiate at once.
+    assert_eq!(negotiate().await.unwrap().status(), 429);
     bystander.still_receives_everything(&server).await;
 }
 

@@ -23,7 +23,7 @@ const HANDSHAKE_JSON: &[u8] = b"{\"protocol\":\"json\",\"version\":1}\x1e";
 async fn restricted(origins: &[&str]) -> TestServer {
     TestServer::start_with(Config {
         cors: Cors {
-            allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+            allowed_origins: Some(origins.iter().map(|o| o.to_string()).collect()),
             ..Cors::default()
         },
         ..Config::default()
@@ -116,8 +116,38 @@ fn rest_token(server: &TestServer, path: &str) -> String {
     TokenBuilder::new(format!("{}{path}", server.http())).sign(EMULATOR_ACCESS_KEY, now())
 }
 
+/// Development mode (no key) without a list: pages on this machine only, so that no web page
+/// can drive a developer's local service (audit, low).
 #[tokio::test]
-async fn preflight_from_any_origin_by_default() {
+async fn development_mode_admits_only_pages_on_this_machine() {
+    let server = TestServer::start().await;
+    for origin in [
+        "http://localhost:5173",
+        "http://127.0.0.1:3000",
+        "http://[::1]:8080",
+    ] {
+        let response = preflight(&server, "/api/health", origin, "GET").await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "{origin}");
+        assert_allowed(response.headers(), origin, origin);
+    }
+    let response = preflight(&server, "/api/health", APP, "GET").await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("cors.allowed_origins"), "{text}");
+    server.stop().await;
+    // With a key (not development mode), unset means any origin, like Azure.
+    let server = TestServer::start_with(Config {
+        access_key: Some("a-long-random-secret-of-at-least-32-chars".into()),
+        ..Config::default()
+    })
+    .await;
+    let response = preflight(&server, "/api/health", APP, "GET").await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_allowed(response.headers(), APP, "production default");
+}
+
+#[tokio::test]
+async fn preflight_from_a_page_on_this_machine_by_default() {
     let server = TestServer::start().await;
     for (path, method) in [
         ("/client/negotiate?hub=chat&negotiateVersion=1", "POST"),
@@ -167,8 +197,8 @@ async fn preflight_from_any_origin_by_default() {
 async fn preflight_details() {
     let server = TestServer::start_with(Config {
         cors: Cors {
+            allowed_origins: Some(vec!["*".into()]),
             max_age: Duration::from_secs(3600),
-            ..Cors::default()
         },
         ..Config::default()
     })
@@ -226,7 +256,7 @@ async fn preflight_details() {
 
 #[tokio::test]
 async fn every_client_transport_response_carries_the_headers() {
-    let server = TestServer::start().await;
+    let server = restricted(&["*"]).await;
     let client = reqwest::Client::new();
     let base = server.client_url("chat");
     let token = server.token("chat", Some("u1"));
@@ -336,7 +366,7 @@ async fn every_client_transport_response_carries_the_headers() {
 
 #[tokio::test]
 async fn rest_and_health_carry_the_headers() {
-    let server = TestServer::start().await;
+    let server = restricted(&["*"]).await;
     let client = reqwest::Client::new();
     let path = "/api/hubs/chat/:send";
     let response = client
@@ -460,8 +490,8 @@ async fn websockets_from_other_origins_are_refused() {
     let (_socket, _) = connect(None).await.unwrap();
     server.stop().await;
 
-    // Any origin (the default): a WebSocket from anywhere is accepted.
-    let server = TestServer::start().await;
+    // Any origin: a WebSocket from anywhere is accepted.
+    let server = restricted(&["*"]).await;
     let token = server.token("chat", Some("u1"));
     let mut request = format!("{}&access_token={token}", server.ws_url("chat", None))
         .into_client_request()
@@ -504,7 +534,7 @@ fn bad_origins_fail_validation() {
     for bad in ["app.example", "https://app.example/path", "*.example.com"] {
         let config = Config {
             cors: Cors {
-                allowed_origins: vec![bad.to_string()],
+                allowed_origins: Some(vec![bad.to_string()]),
                 ..Cors::default()
             },
             ..Config::default()

@@ -448,9 +448,11 @@ async fn connection_limit_answers_429() {
     config.limits.max_client_connections = 1;
     let server = TestServer::start_with(config).await;
     let token = server.token("chat", None);
+    // A negotiated connection is not a client yet: a second negotiate still works.
     negotiate(&server.client_url("chat"), &token, 1)
         .await
         .unwrap();
+    let (_connected, _) = connect(&server, "chat", None, Format::Json).await;
     match negotiate(&server.client_url("chat"), &token, 1).await {
         Err(ClientError::Negotiate { status: 429, .. }) => {}
         other => panic!("expected 429, got {other:?}"),
@@ -479,7 +481,7 @@ async fn shutdown_sends_reconnectable_close() {
 #[tokio::test]
 async fn a_flood_of_connects_is_refused_clearly_and_bystanders_keep_receiving() {
     let mut config = switchyard_node::Config::default();
-    config.limits.max_client_connections = 200;
+    config.limits.max_pending_negotiations = 199;
     config.timeouts.connect_timeout = Duration::from_secs(2);
     let server = TestServer::start_with(config).await;
     let (mut bystander, _) = connect(&server, "chat", None, Format::Json).await;
@@ -516,7 +518,7 @@ async fn a_flood_of_connects_is_refused_clearly_and_bystanders_keep_receiving() 
             Ok(_) => accepted += 1,
             Err(ClientError::Negotiate { status: 429, body }) => {
                 assert!(
-                    body.contains("maximum number of client connections"),
+                    body.contains("too many negotiated connections are waiting"),
                     "{body}"
                 );
                 refused += 1;

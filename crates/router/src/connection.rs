@@ -134,6 +134,33 @@ impl Outbound {
         true
     }
 
+    /// Queues one frame if it fits the budget (a frame larger than the budget still goes on an
+    /// empty queue). Unlike [`Outbound::push`], a frame that does not fit is refused and the
+    /// queue stays open: the caller decides what to do with the sender instead.
+    pub fn try_push(&self, frame: Bytes) -> bool {
+        let mut state = self.state.lock();
+        if state.closing.is_some() {
+            return false;
+        }
+        let pending = state.pending_bytes + frame.len();
+        if pending > self.max_pending_bytes && !state.frames.is_empty() {
+            return false;
+        }
+        let was_empty = state.frames.is_empty();
+        state.frames.push(frame);
+        state.pending_bytes = pending;
+        drop(state);
+        if was_empty {
+            self.ready.notify_one();
+        }
+        true
+    }
+
+    /// The byte budget.
+    pub fn max_pending_bytes(&self) -> usize {
+        self.max_pending_bytes
+    }
+
     /// Asks the writer to finish: frames already queued are still delivered, then the reason.
     /// The first reason wins.
     pub fn close(&self, reason: CloseReason) {
@@ -232,6 +259,16 @@ mod tests {
         }
         assert!(out.is_empty());
         assert_eq!(q.dropped_frames(), 2);
+    }
+
+    #[test]
+    fn try_push_refuses_without_closing() {
+        let q = Outbound::new(10);
+        assert!(q.try_push(Bytes::from(vec![0; 8])));
+        assert!(!q.try_push(Bytes::from(vec![0; 8])));
+        assert!(!q.is_closing());
+        assert!(q.try_push(Bytes::from(vec![0; 2])));
+        assert_eq!(q.pending_bytes(), 10);
     }
 
     #[tokio::test]

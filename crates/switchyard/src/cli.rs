@@ -28,6 +28,9 @@ enum Command {
     Serve(ServeArgs),
     /// Print a client URL and access token for a hub.
     Token(TokenArgs),
+    /// Print the connection string apps use (`Endpoint=…;AccessKey=…;Version=1.0;`), key
+    /// included; `serve` prints it with the key hidden unless in development mode.
+    ConnectionString(ConnectionStringArgs),
     /// Upstream webhooks (serverless): `upstream init` writes a sample config file.
     #[command(subcommand)]
     Upstream(UpstreamCommand),
@@ -89,6 +92,12 @@ struct SettingsArgs {
 }
 
 #[derive(Args)]
+struct ConnectionStringArgs {
+    #[command(flatten)]
+    settings: SettingsArgs,
+}
+
+#[derive(Args)]
 struct ServeArgs {
     #[command(flatten)]
     settings: SettingsArgs,
@@ -125,6 +134,18 @@ pub fn run() -> Result<ExitCode, String> {
     match cli.command {
         Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
         Command::Token(args) => token(args).map(|()| ExitCode::SUCCESS),
+        Command::ConnectionString(args) => {
+            let config = load(&args.settings)?;
+            let key = config
+                .access_key
+                .clone()
+                .unwrap_or_else(|| switchyard_auth::EMULATOR_ACCESS_KEY.to_string());
+            println!(
+                "{}",
+                connection_string(&config.endpoint(config.listen), &key)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Upstream(UpstreamCommand::Init(args)) => {
             upstream_init(args).map(|()| ExitCode::SUCCESS)
         }
@@ -176,6 +197,9 @@ fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
     )
 }
 
+/// What `serve` prints in place of a configured access key.
+const HIDDEN_KEY: &str = "<access_key>";
+
 /// `Endpoint=http://127.0.0.1;Port=8888;AccessKey=…;Version=1.0;`
 fn connection_string(endpoint: &str, key: &str) -> String {
     match url::Url::parse(endpoint) {
@@ -215,10 +239,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             );
         }
         println!("Listening on {bound}");
-        println!(
-            "ConnectionString: {}",
-            connection_string(&endpoint, node.keys().primary())
-        );
+        // A configured key stays out of stdout (journals, container logs keep it).
+        let key = if config.development_mode() {
+            node.keys().primary().to_string()
+        } else {
+            HIDDEN_KEY.to_string()
+        };
+        println!("ConnectionString: {}", connection_string(&endpoint, &key));
+        if !config.development_mode() {
+            println!(
+                "The AccessKey is your access_key setting; `switchyard connection-string` (with the \
+                 same settings) prints the string with it."
+            );
+        }
         tracing::info!(%bound, "switchyard serving");
         switchyard_node::serve(listener, node, shutdown_signal())
             .await

@@ -10,7 +10,16 @@ use toml::{Table, Value};
 pub const RESERVED_VARIABLES: &[&str] = &["SWITCHYARD_CONFIG", "SWITCHYARD_LOG"];
 
 /// Settings whose default is "unset", so they do not appear in the serialized defaults.
-const OPTIONAL_STRING_KEYS: &[&str] = &["access_key", "secondary_access_key", "public_endpoint"];
+const OPTIONAL_STRING_KEYS: &[&str] = &[
+    "access_key",
+    "secondary_access_key",
+    "public_endpoint",
+    "admin_listen",
+];
+
+/// Lists whose default is "unset" (a meaning of its own), so they do not appear in the
+/// serialized defaults either.
+const OPTIONAL_LIST_KEYS: &[&str] = &["cors.allowed_origins"];
 
 /// Lists of tables: one line of text cannot express them, so only the file sets them.
 const FILE_ONLY_KEYS: &[(&str, &str)] = &[("upstream.templates", "[[upstream.templates]]")];
@@ -50,6 +59,9 @@ pub fn known_keys() -> BTreeMap<String, Option<Value>> {
     walk("", &defaults, &mut keys);
     for key in OPTIONAL_STRING_KEYS {
         keys.insert((*key).to_string(), None);
+    }
+    for key in OPTIONAL_LIST_KEYS {
+        keys.insert((*key).to_string(), Some(Value::Array(Vec::new())));
     }
     keys
 }
@@ -225,11 +237,23 @@ mod tests {
         let err = assemble(None, env(&[("SWITCHYARD_LISTEN", "0.0.0.0:8888")]), &[]).unwrap_err();
         assert!(err.contains("development mode"), "{err}");
         let key = "k".repeat(44);
+        let err = assemble(
+            None,
+            env(&[
+                ("SWITCHYARD_LISTEN", "0.0.0.0:8888"),
+                ("SWITCHYARD_ACCESS_KEY", &key),
+            ]),
+            &[],
+        )
+        .unwrap_err();
+        // With a key, an unspecified address still needs the URL clients reach it at.
+        assert!(err.contains("public_endpoint is required"), "{err}");
         let config = assemble(
             None,
             env(&[
                 ("SWITCHYARD_LISTEN", "0.0.0.0:8888"),
                 ("SWITCHYARD_ACCESS_KEY", &key),
+                ("SWITCHYARD_PUBLIC_ENDPOINT", "https://signalr.example.com"),
             ]),
             &[],
         )
@@ -240,7 +264,7 @@ mod tests {
     #[test]
     fn lists_are_comma_separated_in_variables_and_flags() {
         let config = assemble(None, env(&[]), &[]).unwrap();
-        assert_eq!(config.cors.allowed_origins, ["*"]);
+        assert_eq!(config.cors.allowed_origins, None);
         let config = assemble(
             None,
             env(&[(
@@ -251,7 +275,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            config.cors.allowed_origins,
+            config.cors.allowed_origins.as_deref().unwrap_or_default(),
             ["https://a.example", "https://b.example:8443"]
         );
         // A flag replaces the variable's list, it does not add to it.
@@ -264,10 +288,13 @@ mod tests {
             )],
         )
         .unwrap();
-        assert_eq!(config.cors.allowed_origins, ["http://localhost:3000"]);
+        assert_eq!(
+            config.cors.allowed_origins.as_deref().unwrap_or_default(),
+            ["http://localhost:3000"]
+        );
         // Empty text: no origin at all.
         let config = assemble(None, env(&[("SWITCHYARD_CORS_ALLOWED_ORIGINS", "")]), &[]).unwrap();
-        assert!(config.cors.allowed_origins.is_empty());
+        assert_eq!(config.cors.allowed_origins.as_deref(), Some(&[][..]));
         // The file takes a TOML array.
         let config = assemble(
             Some((
@@ -278,7 +305,10 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(config.cors.allowed_origins, ["https://c.example"]);
+        assert_eq!(
+            config.cors.allowed_origins.as_deref().unwrap_or_default(),
+            ["https://c.example"]
+        );
         assert_eq!(config.cors.max_age.as_secs(), 3600);
     }
 

@@ -67,6 +67,48 @@ fn serve_prints_connection_string_and_stops_on_sigterm() {
     }
 }
 
+/// A configured key stays out of stdout (audit finding 4); `connection-string` prints it.
+#[test]
+fn serve_hides_a_configured_key_and_connection_string_prints_it() {
+    const KEY: &str = "a-long-random-secret-of-at-least-32-chars";
+    let mut child = binary()
+        .args(["serve", "--listen", "127.0.0.1:0", "--access-key", KEY])
+        .env("SWITCHYARD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut printed = String::new();
+    for line in BufReader::new(stdout).lines().take(3) {
+        printed.push_str(&line.unwrap());
+        printed.push('\n');
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!printed.contains(KEY), "{printed}");
+    assert!(printed.contains("AccessKey=<access_key>;"), "{printed}");
+    assert!(
+        printed.contains("switchyard connection-string"),
+        "{printed}"
+    );
+    let output = binary()
+        .args([
+            "connection-string",
+            "--access-key",
+            KEY,
+            "--public-endpoint",
+            "https://signalr.example.com",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap().trim(),
+        format!("Endpoint=https://signalr.example.com;AccessKey={KEY};Version=1.0;")
+    );
+}
+
 #[test]
 fn token_prints_url_and_a_verifiable_token() {
     let output = binary()
@@ -142,6 +184,37 @@ fn configuration_errors_are_clear() {
         &["serve", "--access-key", "short"],
         &[],
         "at least 32 characters",
+    );
+    // The Emulator's public key is no secret: never off loopback (audit finding 9).
+    fails_with(
+        &[
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--public-endpoint",
+            "https://signalr.example.com",
+            "--access-key",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGH",
+        ],
+        &[],
+        "publicly known key",
+    );
+    // Tokens name the public endpoint: an unspecified address needs one.
+    fails_with(
+        &[
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--access-key",
+            "a-long-random-secret-of-at-least-32-chars",
+        ],
+        &[],
+        "public_endpoint is required",
+    );
+    fails_with(
+        &["serve", "--set", "trusted_proxies=10.0.0.0/8,nope"],
+        &[],
+        "'nope' is not an IP address",
     );
     let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

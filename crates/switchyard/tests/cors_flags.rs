@@ -99,8 +99,17 @@ fn cors_origin_flags_and_variable() {
     assert!(preflight(port, "https://a.example").starts_with("http/1.1 403"));
     stop(child);
 
-    // Default: any origin, echoed.
+    // Default in development mode: pages on this machine only.
     let (child, port) = serve(binary(), &[]);
+    assert!(preflight(port, "https://anything.example").starts_with("http/1.1 403"));
+    assert!(preflight(port, "http://localhost:5173").starts_with("http/1.1 204"));
+    assert!(preflight(port, "http://127.0.0.1:3000").starts_with("http/1.1 204"));
+    stop(child);
+
+    // Default with a key: any origin, echoed.
+    let mut command = binary();
+    command.env("SWITCHYARD_ACCESS_KEY", "k".repeat(44));
+    let (child, port) = serve(command, &[]);
     let response = preflight(port, "https://anything.example");
     assert!(response.starts_with("http/1.1 204"), "{response}");
     assert!(

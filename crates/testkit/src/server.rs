@@ -105,7 +105,7 @@ impl TestServer {
         if let Some(user) = user {
             builder = builder.claim("asrs.s.uid", user);
         }
-        builder.sign(EMULATOR_ACCESS_KEY, now())
+        builder.sign(&self.key(), now())
     }
 
     pub fn token_with(&self, hub: &str, claims: &[(&str, &str)]) -> String {
@@ -113,7 +113,7 @@ impl TestServer {
         for (k, v) in claims {
             builder = builder.claim(*k, *v);
         }
-        builder.sign(EMULATOR_ACCESS_KEY, now())
+        builder.sign(&self.key(), now())
     }
 
     /// Sends `target(arguments)` to everyone in the hub through the node's executor.

@@ -14,7 +14,7 @@ mod session;
 mod sse;
 mod websocket;
 
-pub(crate) use registry::Clients;
+pub(crate) use registry::{Clients, Refusal};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -68,6 +68,10 @@ pub(crate) enum Expiry {
 pub(crate) struct ClientConnection {
     /// The `id=` value that finds this connection.
     pub(crate) key: Box<str>,
+    /// Who negotiated it (`Clients::owner_of`): later requests must be theirs.
+    owner: u64,
+    /// Who waits for it while it has no transport (`Clients::pending_key`).
+    pending_key: u64,
     pub(crate) connection: Arc<Connection>,
     pub(crate) hub: Arc<Hub>,
     /// When the token's `asrs.s.coae` asks to close the connection (unix seconds);
@@ -83,6 +87,13 @@ pub(crate) struct ClientConnection {
     client_pings: AtomicBool,
     handshake_done: AtomicBool,
     finished: AtomicBool,
+    /// Counted among the pending (negotiated, no transport yet) connections.
+    pending: AtomicBool,
+    /// Counted among the connected clients (`Clients::admit`).
+    admitted: AtomicBool,
+    /// Default mode: the app server's connection is congested; stop reading from the client
+    /// until it has room (see `room_for_sends`).
+    pub(crate) hold_reading: AtomicBool,
     /// Held only while bytes are parsed, never across an await.
     pub(crate) inbound: Mutex<Inbound>,
     pub(crate) poll: longpoll::PollState,
@@ -99,6 +110,7 @@ impl ClientConnection {
         id: ConnectionId,
         hub: Arc<Hub>,
         token: VerifiedToken,
+        source: Option<std::net::IpAddr>,
     ) -> Arc<ClientConnection> {
         let user = token.user_id().and_then(|u| UserId::new(u).ok());
         let config = clients.config();
@@ -126,6 +138,8 @@ impl ClientConnection {
         let now = clients.now_ms();
         Arc::new(ClientConnection {
             key: key.into_boxed_str(),
+            owner: clients.owner_of(&token),
+            pending_key: clients.pending_key(&token, source),
             connection: Arc::new(Connection::new(
                 id,
                 user,
@@ -143,6 +157,9 @@ impl ClientConnection {
             client_pings: AtomicBool::new(false),
             handshake_done: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            pending: AtomicBool::new(true),
+            admitted: AtomicBool::new(false),
+            hold_reading: AtomicBool::new(false),
             inbound: Mutex::new(Inbound::new()),
             poll: longpoll::PollState::default(),
             link: Mutex::new(link),
@@ -152,7 +169,7 @@ impl ClientConnection {
 
     /// Keeps what the connect request looked like, for the app server (Default mode) or the
     /// upstream (serverless).
-    pub(crate) fn set_connect_info(&self, request: &axum::http::request::Parts) {
+    pub(crate) fn set_connect_info(&self, clients: &Clients, request: &axum::http::request::Parts) {
         if let Some(upstream) = &self.upstream {
             upstream.capture(&request.uri);
         }
@@ -161,7 +178,13 @@ impl ClientConnection {
                 .extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
                 .map(|info| info.0);
-            link.set_connect_info(ConnectInfo::capture(&request.headers, &request.uri, peer));
+            let trusted = peer.is_some_and(|peer| clients.config().is_trusted_proxy(peer.ip()));
+            link.set_connect_info(ConnectInfo::capture(
+                &request.headers,
+                &request.uri,
+                peer,
+                trusted,
+            ));
         }
     }
 
@@ -184,6 +207,10 @@ impl ClientConnection {
                     transport.name()
                 ),
             ));
+        }
+        if !self.admitted.load(Ordering::Acquire) {
+            clients.admit(self).map_err(Refusal::into_error)?;
+            self.admitted.store(true, Ordering::Release);
         }
         let mut first = false;
         let current = *self.transport.get_or_init(|| {
@@ -212,6 +239,33 @@ impl ClientConnection {
             Ordering::Relaxed,
         );
         Ok(())
+    }
+
+    /// Resolves when the client may be read from again: at once unless its app server's
+    /// connection was congested by what it sent.
+    pub(crate) async fn room_for_sends(&self) {
+        if !self.hold_reading.load(Ordering::Acquire) {
+            return;
+        }
+        let server = self
+            .link
+            .lock()
+            .as_ref()
+            .and_then(|link| link.server().cloned());
+        if let Some(server) = server {
+            server.room().await;
+        }
+        self.hold_reading.store(false, Ordering::Release);
+    }
+
+    /// Stops counting the connection as pending; true the first time.
+    pub(crate) fn take_pending(&self) -> bool {
+        self.pending.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether it counts among the connected clients.
+    pub(crate) fn admitted(&self) -> bool {
+        self.admitted.load(Ordering::Acquire)
     }
 
     /// Returns false if the connection was already finished.
@@ -316,16 +370,11 @@ pub(crate) fn create_client(
     hub: &HubName,
     token: VerifiedToken,
     by_token: bool,
+    source: Option<std::net::IpAddr>,
 ) -> Result<Arc<ClientConnection>, TextError> {
-    let full = || {
-        TextError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "the service has reached its maximum number of client connections",
-        )
-    };
     // Checked before any work so a flood of connects costs little.
     if clients.at_connection_limit() {
-        return Err(full());
+        return Err(Refusal::Full.into_error());
     }
     let id = generate_connection_token();
     let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
@@ -335,10 +384,10 @@ pub(crate) fn create_client(
         id
     };
     let hub = clients.executor.router().hub(hub);
-    let client = ClientConnection::new(clients, key, connection_id, hub, token);
-    if !clients.insert(client.clone()) {
-        return Err(full());
-    }
+    let client = ClientConnection::new(clients, key, connection_id, hub, token, source);
+    clients
+        .insert(client.clone())
+        .map_err(Refusal::into_error)?;
     Ok(client)
 }
 
@@ -356,7 +405,7 @@ pub(crate) fn authorize_client(
     request: &axum::http::request::Parts,
     query: &Query,
 ) -> Result<(HubName, VerifiedToken), TextError> {
-    authorize_hub(clients.executor.keys(), request, query, "/client/")
+    authorize_hub(clients.executor.auth(), request, query, "/client/")
 }
 
 /// `{base}` requests: WebSocket upgrade, SSE stream, long poll, send, or delete.
@@ -382,9 +431,8 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
     let Some(id) = id else {
         return text_error(StatusCode::BAD_REQUEST, "Connection ID required");
     };
-    let client = match clients.get(&id) {
-        Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
-        _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
+    let Some(client) = clients.get_owned(&id, &hub, &token) else {
+        return text_error(StatusCode::NOT_FOUND, "No Connection with that ID");
     };
     let wants_sse = parts
         .headers
@@ -392,7 +440,7 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
     if parts.method == Method::GET {
-        client.set_connect_info(&parts);
+        client.set_connect_info(&clients, &parts);
     }
     match parts.method {
         Method::GET if wants_sse => sse::stream(clients, client),

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::{authorize_client, create_client, Clients, Transport};
-use crate::http::{text_error, Query};
+use crate::http::{client_ip, text_error, Query};
 
 pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
@@ -37,7 +37,8 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
         },
     };
     let allowed = token.allowed_transports().unwrap_or(0b111);
-    let client = match create_client(&clients, &hub, token, version >= 1) {
+    let source = client_ip(&parts, clients.config());
+    let client = match create_client(&clients, &hub, token, version >= 1, source) {
         Ok(client) => client,
         Err(error) => return error.into_response(),
     };

@@ -2,12 +2,16 @@
 //! them needs (the executor, Default mode, the upstream), their timers and their ends.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use axum::http::StatusCode;
+use parking_lot::{Mutex, RwLock};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{clock::unix_now, CloseReason, HubName};
 
@@ -15,6 +19,7 @@ use super::{ClientConnection, Expiry};
 use crate::config::{ServiceMode, ValidConfig};
 use crate::default_mode::DefaultMode;
 use crate::executor::Executor;
+use crate::http::TextError;
 use crate::metrics::{Metrics, ReasonLabel, TransportLabel};
 use crate::upstream::Upstream;
 
@@ -27,6 +32,42 @@ pub(crate) struct Clients {
     /// connection id for v0 and for connections made without negotiate).
     table: RwLock<HashSet<ClientEntry>>,
     started: Instant,
+    /// Keys the identity fingerprints that bind a connection to whoever negotiated it.
+    owners: RandomState,
+    /// Connections whose transport started and that have not finished.
+    connected: AtomicUsize,
+    /// Connections made by negotiate that have no transport yet, in all and per waiter.
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    total: usize,
+    /// By `ClientConnection::pending_key`: the owner, or for anonymous tokens the address.
+    by_key: HashMap<u64, usize>,
+}
+
+/// Why a connection could not be made.
+pub(crate) enum Refusal {
+    /// `limits.max_client_connections` connected clients.
+    Full,
+    /// Too many negotiated connections wait for their transport (node-wide or this waiter's).
+    TooManyPending,
+}
+
+impl Refusal {
+    pub(crate) fn into_error(self) -> TextError {
+        TextError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            match self {
+                Refusal::Full => "the service has reached its maximum number of client connections",
+                Refusal::TooManyPending => {
+                    "too many negotiated connections are waiting to connect; connect the ones \
+                     you have or try again later"
+                }
+            },
+        )
+    }
 }
 
 /// An entry of the client table, found by its connection's `key`: the key is not copied into
@@ -66,6 +107,9 @@ impl Clients {
             upstream,
             table: RwLock::new(HashSet::new()),
             started: Instant::now(),
+            owners: RandomState::new(),
+            connected: AtomicUsize::new(0),
+            pending: Mutex::new(Pending::default()),
         }
     }
 
@@ -95,28 +139,119 @@ impl Clients {
         }
     }
 
+    /// A fingerprint of who a token speaks for: its user id, or for an anonymous token its
+    /// claims but the times (`exp`, `iat`, `nbf`), so a client whose token factory signs a
+    /// fresh token per request stays the same owner. Later requests of a connection must come
+    /// from the same owner. (Anonymous tokens with equal claims are indistinguishable: for
+    /// them only negotiate v1's secret connection token keeps sessions apart.)
+    pub(crate) fn owner_of(&self, token: &VerifiedToken) -> u64 {
+        let mut hasher = self.owners.build_hasher();
+        match token.user_id() {
+            Some(user) => ("user", user).hash(&mut hasher),
+            None => {
+                "claims".hash(&mut hasher);
+                for (name, value) in &token.claims {
+                    if !matches!(name.as_str(), "exp" | "iat" | "nbf") {
+                        (name, value).hash(&mut hasher);
+                    }
+                }
+            }
+        }
+        hasher.finish()
+    }
+
+    /// The connection `key` names, if it belongs to `hub` and to the token's owner. Anything
+    /// else looks like an unknown id, so ids cannot be probed with another user's token.
+    pub(crate) fn get_owned(
+        &self,
+        key: &str,
+        hub: &HubName,
+        token: &VerifiedToken,
+    ) -> Option<Arc<ClientConnection>> {
+        let client = self.get(key)?;
+        let owned = !client.is_finished()
+            && client.hub.name() == hub
+            && client.owner == self.owner_of(token);
+        owned.then_some(client)
+    }
+
     pub(crate) fn count(&self) -> usize {
         self.table.read().len()
     }
 
-    pub(crate) fn insert(&self, client: Arc<ClientConnection>) -> bool {
-        let mut table = self.table.write();
-        let limit = self.config().limits.max_client_connections;
-        if limit != 0 && table.len() >= limit {
-            return false;
+    /// Who waits for a negotiated connection, for the per-waiter cap: the token's owner, or
+    /// for an anonymous token the source address (anonymous owners all look alike).
+    pub(crate) fn pending_key(&self, token: &VerifiedToken, source: Option<IpAddr>) -> u64 {
+        match (token.user_id(), source) {
+            (None, Some(ip)) => self.owners.hash_one(("address", ip)),
+            _ => self.owner_of(token),
         }
-        table.replace(ClientEntry(client));
+    }
+
+    /// Registers a connection that waits for its transport, within the pending caps.
+    pub(crate) fn insert(&self, client: Arc<ClientConnection>) -> Result<(), Refusal> {
+        let limits = &self.config().limits;
+        {
+            let mut pending = self.pending.lock();
+            let waiting = pending
+                .by_key
+                .get(&client.pending_key)
+                .copied()
+                .unwrap_or(0);
+            let over_total = limits.max_pending_negotiations != 0
+                && pending.total >= limits.max_pending_negotiations;
+            let over_own = limits.max_pending_negotiations_per_user != 0
+                && waiting >= limits.max_pending_negotiations_per_user;
+            if over_total || over_own {
+                return Err(Refusal::TooManyPending);
+            }
+            pending.total += 1;
+            *pending.by_key.entry(client.pending_key).or_insert(0) += 1;
+        }
+        self.table.write().replace(ClientEntry(client));
         self.metrics().connections_opened.inc();
-        true
+        Ok(())
+    }
+
+    /// A pending connection stops waiting (its transport started, or it ended). Once.
+    fn release_pending(&self, client: &ClientConnection) {
+        if !client.take_pending() {
+            return;
+        }
+        let mut pending = self.pending.lock();
+        pending.total = pending.total.saturating_sub(1);
+        if let Some(count) = pending.by_key.get_mut(&client.pending_key) {
+            *count -= 1;
+            if *count == 0 {
+                pending.by_key.remove(&client.pending_key);
+            }
+        }
+    }
+
+    /// A transport starts on a connection: it counts as connected if there is room.
+    pub(crate) fn admit(&self, client: &ClientConnection) -> Result<(), Refusal> {
+        let limit = self.config().limits.max_client_connections;
+        let admitted = self
+            .connected
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (limit == 0 || n < limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted {
+            return Err(Refusal::Full);
+        }
+        self.release_pending(client);
+        Ok(())
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Arc<ClientConnection>> {
         self.table.read().get(key).map(|entry| entry.0.clone())
     }
 
+    /// Whether `limits.max_client_connections` clients are connected.
     pub(crate) fn at_connection_limit(&self) -> bool {
         let limit = self.config().limits.max_client_connections;
-        limit != 0 && self.table.read().len() >= limit
+        limit != 0 && self.connected.load(Ordering::Acquire) >= limit
     }
 
     /// Removes a client from every index and tells whoever follows it (its app server, the
@@ -138,6 +273,10 @@ impl Clients {
             upstream.client_finished(client, &reason);
         }
         self.table.write().remove(&*client.key);
+        self.release_pending(client);
+        if client.admitted() {
+            self.connected.fetch_sub(1, Ordering::AcqRel);
+        }
         let metrics = self.metrics();
         if let Some(transport) = client.transport() {
             metrics

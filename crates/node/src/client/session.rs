@@ -17,7 +17,7 @@ use switchyard_hub_protocol::{
 };
 
 use super::{ClientConnection, Clients, Transport};
-use crate::default_mode::LinkedClient;
+use crate::default_mode::{Forwarded, LinkedClient};
 use crate::http::text_error;
 
 /// Parse state of what the client sent so far.
@@ -169,13 +169,17 @@ impl ClientConnection {
                 }
                 joined.freeze()
             };
-            let sent = self
+            let forwarded = self
                 .link
                 .lock()
                 .as_ref()
-                .is_some_and(|link| link.forward(self, payload));
-            if !sent {
-                return Err(CloseReason::AppServerGone);
+                .map_or(Forwarded::Gone, |link| link.forward(self, payload));
+            match forwarded {
+                Forwarded::Sent => {}
+                // Its transport stops reading from it until the app server catches up.
+                Forwarded::Congested => self.hold_reading.store(true, Ordering::Release),
+                Forwarded::Refused => return Err(CloseReason::AppServerBusy),
+                Forwarded::Gone => return Err(CloseReason::AppServerGone),
             }
         }
         if let Some(reason) = failure {
@@ -366,7 +370,18 @@ pub(super) async fn send(
         );
     }
     let limit = clients.config().limits.max_request_body_size;
-    let data = match Limited::new(body, limit).collect().await {
+    let waited = clients.config().timeouts.request_body_timeout;
+    let Ok(collected) = tokio::time::timeout(waited, Limited::new(body, limit).collect()).await
+    else {
+        return text_error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {}",
+                humantime::format_duration(waited)
+            ),
+        );
+    };
+    let data = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return text_error(
@@ -376,6 +391,16 @@ pub(super) async fn send(
         }
         Err(_) => return text_error(StatusCode::BAD_REQUEST, "failed to read the request body"),
     };
+    // An app server that does not keep up holds the client's sends back, not the other way.
+    if tokio::time::timeout(waited, client.room_for_sends())
+        .await
+        .is_err()
+    {
+        return text_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the app server is not taking this connection's messages; try again later",
+        );
+    }
     // One send at a time per connection, like ASP.NET, so bytes stay in order.
     let mut inbound = client.inbound.lock();
     if client.is_finished() {
@@ -409,7 +434,7 @@ mod tests {
             audiences: Vec::new(),
         };
         let clients = node.clients();
-        let client = create_client(clients, &hub, token, false).unwrap();
+        let client = create_client(clients, &hub, token, false, None).unwrap();
         let mut inbound = client.inbound.lock();
         let refused = b"{\"protocol\":\"nope\",\"version\":1}\x1e";
         let reason = client

@@ -17,7 +17,7 @@ use switchyard_router::Batch;
 use tokio::time::{timeout, Instant};
 
 use super::{create_client, ClientConnection, Clients, Transport};
-use crate::http::text_error;
+use crate::http::{client_ip, text_error};
 
 /// A single write that takes longer than this closes the connection (ASP.NET's default).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,17 +42,23 @@ pub(super) fn connect(
 ) -> Response {
     let id_less = id.is_none();
     let client = match id {
-        Some(id) => match clients.get(&id) {
-            Some(client) if !client.is_finished() && *client.hub.name() == hub => client,
-            _ => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
+        Some(id) => match clients.get_owned(&id, &hub, &token) {
+            Some(client) => client,
+            None => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
         },
         // No negotiate: skip-negotiation clients and Python clients after a redirect.
-        None => match create_client(&clients, &hub, token, false) {
+        None => match create_client(
+            &clients,
+            &hub,
+            token,
+            false,
+            client_ip(request, clients.config()),
+        ) {
             Ok(client) => client,
             Err(error) => return error.into_response(),
         },
     };
-    client.set_connect_info(request);
+    client.set_connect_info(&clients, request);
     if client
         .poll
         .websocket_active
@@ -147,6 +153,17 @@ fn run<'a>(
         let ping_due = tokio::time::sleep(clients.config().timeouts.keep_alive_interval);
         tokio::pin!(ping_due);
         let reason = loop {
+            if client
+                .hold_reading
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
+                // Boxed: only a client whose app server is congested pays for this path.
+                match Box::pin(hold(clients, client, socket, &mut batch, ping_due.as_mut())).await {
+                    Held::Resume => {}
+                    Held::Close(reason) => break reason,
+                    Held::SocketGone => return,
+                }
+            }
             let step = tokio::select! {
                 incoming = socket.recv() => match incoming {
                     Some(Ok(WsMessage::Text(text))) => {
@@ -169,26 +186,12 @@ fn run<'a>(
             };
             match step {
                 Step::Write => {
-                    let binary = is_binary(client);
-                    for frame in batch.iter_mut() {
-                        if !feed(socket, ws_message(binary, std::mem::take(frame))).await {
-                            return;
-                        }
-                    }
-                    batch = Vec::new();
-                    if !flush(socket).await {
+                    if !write_batch(socket, client, &mut batch).await {
                         return;
                     }
                 }
                 Step::Ping => {
-                    let binary = is_binary(client);
-                    let format = if binary {
-                        Format::MessagePack
-                    } else {
-                        Format::Json
-                    };
-                    if !feed(socket, ws_message(binary, ping(format))).await || !flush(socket).await
-                    {
+                    if !write_ping(socket, client).await {
                         return;
                     }
                 }
@@ -205,6 +208,74 @@ fn run<'a>(
         // Boxed: only a closing connection pays for the close path's futures.
         Box::pin(close(clients, client, socket, reason)).await;
     }
+}
+
+/// How a pause in reading ended.
+enum Held {
+    /// The app server has room again: read on.
+    Resume,
+    /// The connection must close for this reason.
+    Close(CloseReason),
+    /// A write failed: the socket is gone.
+    SocketGone,
+}
+
+/// Default mode, the app server's connection congested by what this client sent: reading
+/// stops (TCP pushes back on the client) until there is room, while the client still gets
+/// its messages and pings.
+async fn hold(
+    clients: &Clients,
+    client: &Arc<ClientConnection>,
+    socket: &mut WebSocket,
+    batch: &mut Vec<Bytes>,
+    mut ping_due: std::pin::Pin<&mut tokio::time::Sleep>,
+) -> Held {
+    loop {
+        let step = tokio::select! {
+            _ = client.room_for_sends() => return Held::Resume,
+            next = client.connection.outbound().next_batch(batch) => match next {
+                Batch::Frames => Step::Write,
+                Batch::Close(reason) => return Held::Close(reason),
+            },
+            _ = &mut ping_due, if client.handshake_done() => Step::Ping,
+        };
+        let written = match step {
+            Step::Ping => write_ping(socket, client).await,
+            _ => write_batch(socket, client, batch).await,
+        };
+        if !written {
+            return Held::SocketGone;
+        }
+        let keep_alive = clients.config().timeouts.keep_alive_interval;
+        ping_due.as_mut().reset(Instant::now() + keep_alive);
+    }
+}
+
+/// Writes a drained batch and flushes; false if the socket failed.
+async fn write_batch(
+    socket: &mut WebSocket,
+    client: &ClientConnection,
+    batch: &mut Vec<Bytes>,
+) -> bool {
+    let binary = is_binary(client);
+    for frame in batch.iter_mut() {
+        if !feed(socket, ws_message(binary, std::mem::take(frame))).await {
+            return false;
+        }
+    }
+    *batch = Vec::new();
+    flush(socket).await
+}
+
+/// Writes a keep-alive ping; false if the socket failed.
+async fn write_ping(socket: &mut WebSocket, client: &ClientConnection) -> bool {
+    let binary = is_binary(client);
+    let format = if binary {
+        Format::MessagePack
+    } else {
+        Format::Json
+    };
+    feed(socket, ws_message(binary, ping(format))).await && flush(socket).await
 }
 
 /// Hands what the client sent to the hub-protocol side; a protocol error closes the connection.

@@ -10,10 +10,11 @@ mod template;
 
 pub(crate) use template::Templates;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// Settings of one Switchyard node. The TOML file, `SWITCHYARD_*` variables and flags all fill
@@ -29,8 +30,16 @@ pub struct Config {
     /// Secondary access key, accepted for verification too (key rotation).
     pub secondary_access_key: Option<String>,
     /// URL clients and REST callers use to reach this node, printed in the connection string.
-    /// Default: `http://{listen}`.
+    /// Tokens must name it (or the listen address) as their audience. Default:
+    /// `http://{listen}`; required when `listen` is an unspecified address (`0.0.0.0`, `[::]`).
     pub public_endpoint: Option<String>,
+    /// Reverse proxies (IP addresses or CIDR ranges) whose `X-Forwarded-For` the service
+    /// believes: a request from one of them is taken to come from the address it names. From
+    /// anyone else, `X-Forwarded-*` headers are dropped. Default: none.
+    pub trusted_proxies: Vec<String>,
+    /// A second listener that serves only `/metrics` and health, for operators; with it set,
+    /// `/metrics` is no longer served on `listen`. Default: unset (`/metrics` on `listen`).
+    pub admin_listen: Option<SocketAddr>,
     /// How clients are served: `auto` (default), `default` or `serverless`. See [`ServiceMode`].
     pub mode: ServiceMode,
     pub limits: Limits,
@@ -91,6 +100,26 @@ pub struct Limits {
     /// Outbound bytes queued for one app-server connection before it is closed as a slow
     /// consumer (its clients are then closed or migrated). Default 64 MiB.
     pub max_pending_bytes_per_server_connection: usize,
+    /// Client connections negotiated but not yet connected, node-wide; 0 = unlimited. Over it
+    /// negotiate answers 429. Default 10,000.
+    pub max_pending_negotiations: usize,
+    /// Negotiated-but-unconnected connections of one user id (or, for anonymous tokens, of
+    /// one source address), so one peer cannot take the whole node-wide allowance; 0 =
+    /// unlimited. Over it negotiate answers 429. Default 1,000.
+    pub max_pending_negotiations_per_user: usize,
+    /// Open HTTP sockets (clients, REST callers, app servers) this node accepts; 0 = automatic
+    /// (the process's open-files limit minus 64). Default 0.
+    pub max_http_connections: usize,
+    /// Of `max_http_connections`, the last this many sockets serve only health, metrics and
+    /// app servers (`/server`): a flood of clients cannot lock operators and app servers out.
+    /// Default 64.
+    pub reserved_http_connections: usize,
+    /// Open sockets from one source address; 0 = unlimited. Default 0.
+    pub max_connections_per_address: usize,
+    /// Longest lifetime (`exp` − `iat`, or `exp` − now without `iat`) a token may have; 0 =
+    /// no cap. Default 0.
+    #[serde(with = "humantime_serde")]
+    pub max_token_lifetime: Duration,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -105,7 +134,8 @@ pub struct Timeouts {
     /// Time a client has to complete the SignalR handshake (`asrs.s.cht` overrides). Default 15s.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
-    /// Time between negotiate and the first transport request. Default 15s.
+    /// Time between negotiate and the first transport request; a connection not started by
+    /// then is forgotten (Azure's limit is about 5 s). Default 5s.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// How long a long poll waits for data before answering empty. Default 90s.
@@ -125,6 +155,14 @@ pub struct Timeouts {
     /// Time an app server has to send its handshake request (the SDK's own limit). Default 15s.
     #[serde(with = "humantime_serde")]
     pub server_handshake_timeout: Duration,
+    /// Time a client has to send a request's headers, and the longest an idle keep-alive
+    /// socket stays open between requests. Default 10s.
+    #[serde(with = "humantime_serde")]
+    pub request_header_timeout: Duration,
+    /// Time a client has to send a request body (REST calls, SSE and long-polling sends).
+    /// Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub request_body_timeout: Duration,
 }
 
 /// Where serverless clients' events and invocations are POSTed (Azure's upstream settings).
@@ -196,6 +234,8 @@ impl Default for Config {
             access_key: None,
             secondary_access_key: None,
             public_endpoint: None,
+            trusted_proxies: Vec::new(),
+            admin_listen: None,
             mode: ServiceMode::Auto,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
@@ -214,6 +254,12 @@ impl Default for Limits {
             max_client_connections: 0,
             max_server_message_size: 16 * 1024 * 1024,
             max_pending_bytes_per_server_connection: 64 * 1024 * 1024,
+            max_pending_negotiations: 10_000,
+            max_pending_negotiations_per_user: 1_000,
+            max_http_connections: 0,
+            reserved_http_connections: 64,
+            max_connections_per_address: 0,
+            max_token_lifetime: Duration::ZERO,
         }
     }
 }
@@ -226,7 +272,7 @@ pub struct Cors {
     /// `"null"` = pages without an origin (file:, sandboxed frames); empty = none. An allowed
     /// origin is echoed in `Access-Control-Allow-Origin` with `Access-Control-Allow-Credentials:
     /// true`, never `*`. Default `["*"]`, like Azure's default and the Emulator.
-    pub allowed_origins: Vec<String>,
+    pub allowed_origins: Option<Vec<String>>,
     /// How long browsers may cache a preflight answer (`Access-Control-Max-Age`). Default 10m.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
@@ -235,7 +281,7 @@ pub struct Cors {
 impl Default for Cors {
     fn default() -> Self {
         Cors {
-            allowed_origins: vec!["*".into()],
+            allowed_origins: None,
             max_age: Duration::from_secs(600),
         }
     }
@@ -247,12 +293,14 @@ impl Default for Timeouts {
             keep_alive_interval: Duration::from_secs(15),
             client_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(15),
-            connect_timeout: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(5),
             long_poll_timeout: Duration::from_secs(90),
             long_poll_inactivity: Duration::from_secs(15),
             server_keep_alive_interval: Duration::from_secs(5),
             server_timeout: Duration::from_secs(30),
             server_handshake_timeout: Duration::from_secs(15),
+            request_header_timeout: Duration::from_secs(10),
+            request_body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -273,9 +321,11 @@ impl Config {
     /// Checks every setting and keeps what the checks parsed.
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let templates = self.check()?;
+        let trusted_proxies = parse_proxies(&self.trusted_proxies)?;
         Ok(ValidConfig {
             config: self,
             templates,
+            trusted_proxies,
         })
     }
 
@@ -293,6 +343,13 @@ impl Config {
             ("secondary_access_key", &self.secondary_access_key),
         ] {
             if let Some(key) = key {
+                if key == switchyard_auth::EMULATOR_ACCESS_KEY && !self.listen.ip().is_loopback() {
+                    return Err(ConfigError::Invalid(format!(
+                        "{name} is the Azure SignalR Emulator's publicly known key; refusing to \
+                         listen on non-loopback address {} with it: set a secret key of your own",
+                        self.listen
+                    )));
+                }
                 if key.len() < 32 {
                     return Err(ConfigError::Invalid(format!(
                         "{name} must be at least 32 characters (HMAC-SHA256 keys shorter than that are guessable)"
@@ -304,6 +361,14 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "secondary_access_key is set but access_key is not".into(),
             ));
+        }
+        if self.public_endpoint.is_none() && self.listen.ip().is_unspecified() {
+            return Err(ConfigError::Invalid(format!(
+                "public_endpoint is required when listening on {} (an unspecified address): set \
+                 the URL clients reach this service at, e.g. --public-endpoint \
+                 https://signalr.example.com; tokens name it as their audience",
+                self.listen
+            )));
         }
         if let Some(endpoint) = &self.public_endpoint {
             let url = url::Url::parse(endpoint).map_err(|e| {
@@ -359,6 +424,8 @@ impl Config {
                 "timeouts.server_handshake_timeout",
                 t.server_handshake_timeout,
             ),
+            ("timeouts.request_header_timeout", t.request_header_timeout),
+            ("timeouts.request_body_timeout", t.request_body_timeout),
         ] {
             if value < Duration::from_millis(100) {
                 return Err(ConfigError::Invalid(format!(
@@ -417,6 +484,7 @@ impl Config {
 pub struct ValidConfig {
     config: Config,
     templates: Templates,
+    trusted_proxies: Vec<IpNet>,
 }
 
 impl ValidConfig {
@@ -426,7 +494,12 @@ impl ValidConfig {
     pub(crate) fn unchecked(config: Config) -> Result<ValidConfig, ConfigError> {
         let templates =
             Templates::parse(&config.upstream.templates).map_err(ConfigError::Invalid)?;
-        Ok(ValidConfig { config, templates })
+        let trusted_proxies = parse_proxies(&config.trusted_proxies)?;
+        Ok(ValidConfig {
+            config,
+            templates,
+            trusted_proxies,
+        })
     }
 
     pub fn config(&self) -> &Config {
@@ -437,6 +510,12 @@ impl ValidConfig {
     pub(crate) fn templates(&self) -> &Templates {
         &self.templates
     }
+
+    /// Whether a peer is one of `trusted_proxies`.
+    pub fn is_trusted_proxy(&self, peer: IpAddr) -> bool {
+        let peer = canonical_ip(peer);
+        self.trusted_proxies.iter().any(|net| net.contains(&peer))
+    }
 }
 
 impl Deref for ValidConfig {
@@ -444,6 +523,31 @@ impl Deref for ValidConfig {
 
     fn deref(&self) -> &Config {
         &self.config
+    }
+}
+
+/// `trusted_proxies` entries: an IP address or a CIDR range.
+fn parse_proxies(entries: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    entries
+        .iter()
+        .map(|entry| {
+            let text = entry.trim();
+            text.parse::<IpNet>()
+                .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    ConfigError::Invalid(format!(
+                        "trusted_proxies: '{entry}' is not an IP address or a CIDR range like 10.0.0.0/8"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// IPv4 addresses as they are, whether a socket reports them plain or IPv4-mapped.
+pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 

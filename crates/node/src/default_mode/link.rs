@@ -14,7 +14,7 @@ use switchyard_service_protocol::{
     ServiceMessage,
 };
 
-use super::{DefaultMode, LinkedClient, ServerConnection};
+use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
 
 /// The SDK reads these headers of OpenConnection / CloseConnection.
 const MIGRATE_FROM: &str = "Asrs-Migrate-From";
@@ -33,8 +33,20 @@ const HIDDEN_HEADERS: &[&str] = &[
     "transfer-encoding",
 ];
 
-/// Query parameters never forwarded: the secret ones.
+/// Query parameters never forwarded: the secret ones (matched ignoring case, as ASP.NET reads
+/// query keys).
 const HIDDEN_QUERY: &[&str] = &["access_token", "id"];
+
+/// Headers only a trusted proxy may set: from anyone else they are dropped, so a client
+/// cannot name its own address to the app server.
+const FORWARDING_HEADERS: &[&str] = &[
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "forwarded",
+    "x-real-ip",
+];
 
 /// JWT claim names as .NET's token handler maps them on the way in; the SDK rebuilds the
 /// user from these long types (e.g. `ClaimTypes.NameIdentifier`).
@@ -84,15 +96,20 @@ pub(crate) struct ConnectInfo {
 }
 
 impl ConnectInfo {
+    /// `from_trusted_proxy`: the peer is one of `trusted_proxies`, so its `X-Forwarded-*`
+    /// headers are kept (and the peer appended to `X-Forwarded-For`).
     pub(crate) fn capture(
         headers: &HeaderMap,
         uri: &Uri,
         peer: Option<std::net::SocketAddr>,
+        from_trusted_proxy: bool,
     ) -> ConnectInfo {
         let mut forwarded: Headers = Vec::new();
         for (name, value) in headers {
             let name = name.as_str();
-            if HIDDEN_HEADERS.contains(&name) {
+            if HIDDEN_HEADERS.contains(&name)
+                || (!from_trusted_proxy && FORWARDING_HEADERS.contains(&name))
+            {
                 continue;
             }
             let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
@@ -123,7 +140,7 @@ impl ConnectInfo {
             .split('&')
             .filter(|pair| {
                 let key = pair.split('=').next().unwrap_or("");
-                !pair.is_empty() && !HIDDEN_QUERY.contains(&key)
+                !pair.is_empty() && !HIDDEN_QUERY.iter().any(|h| h.eq_ignore_ascii_case(key))
             })
             .collect::<Vec<_>>()
             .join("&");
@@ -217,16 +234,21 @@ impl DefaultLink {
         sent
     }
 
-    /// Sends client bytes (whole hub messages) to the app server. False if it is gone.
-    pub(crate) fn forward(&self, client: &dyn LinkedClient, payload: Bytes) -> bool {
+    /// Sends client bytes (whole hub messages) to the app server.
+    pub(crate) fn forward(&self, client: &dyn LinkedClient, payload: Bytes) -> Forwarded {
         let Some(server) = &self.server else {
-            return false;
+            return Forwarded::Gone;
         };
-        server.send(&ServiceMessage::ConnectionData(ConnectionData {
+        server.send_client_data(&ServiceMessage::ConnectionData(ConnectionData {
             connection_id: client.connection().id().as_str().to_string(),
             payload,
             ext: Extensions::default(),
         }))
+    }
+
+    /// The server connection this client is pinned to, if any.
+    pub(crate) fn server(&self) -> Option<&Arc<ServerConnection>> {
+        self.server.as_ref()
     }
 
     /// Takes ConnectionData from the app server: the handshake response first (always JSON

@@ -23,7 +23,7 @@ use switchyard_router::{Connection, Hub};
 use switchyard_service_protocol::ClientInvocation;
 
 pub(crate) use link::{ConnectInfo, DefaultLink};
-pub(crate) use servers::{ConnectionKind, ServerConnection, Servers};
+pub(crate) use servers::{ConnectionKind, Forwarded, ServerConnection, Servers};
 
 use crate::config::Config;
 use invocations::Invocations;

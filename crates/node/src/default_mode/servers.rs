@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use switchyard_core::{ConnectionId, HubName};
 use switchyard_router::Outbound;
 use switchyard_service_protocol::{encoded, ServiceMessage};
+use tokio::sync::Notify;
 
 use super::LinkedClient;
 
@@ -52,6 +53,22 @@ pub(crate) struct ServerConnection {
     /// The app server announced a graceful shutdown: no new clients.
     draining: AtomicBool,
     closed: AtomicBool,
+    /// Woken when the queue was taken by the writer (or the connection closed), for clients
+    /// that stopped reading while the queue was congested.
+    room: Notify,
+}
+
+/// What became of client bytes for the app server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forwarded {
+    Sent,
+    /// Sent, but the connection's queue is past its high-water mark: the client should stop
+    /// reading until there is room again.
+    Congested,
+    /// Not sent: they would have overflowed the queue (the app server does not read).
+    Refused,
+    /// Not sent: the connection is gone.
+    Gone,
 }
 
 impl ServerConnection {
@@ -73,12 +90,57 @@ impl ServerConnection {
             clients: Default::default(),
             draining: Default::default(),
             closed: Default::default(),
+            room: Notify::new(),
         }
+    }
+
+    /// Queues bytes a client sent. Client traffic never overflows the queue (which would drop
+    /// the connection and every client on it): past half the budget the client is told to
+    /// pause, and a message that does not fit is refused.
+    pub(crate) fn send_client_data(&self, message: &ServiceMessage) -> Forwarded {
+        if self.closed.load(Ordering::Acquire) {
+            return Forwarded::Gone;
+        }
+        if !self.outbound.try_push(encoded(message)) {
+            return if self.outbound.is_closing() {
+                Forwarded::Gone
+            } else {
+                Forwarded::Refused
+            };
+        }
+        if self.congested() {
+            Forwarded::Congested
+        } else {
+            Forwarded::Sent
+        }
+    }
+
+    /// Whether the queue is past its high-water mark (half the budget).
+    pub(crate) fn congested(&self) -> bool {
+        self.outbound.pending_bytes() >= self.outbound.max_pending_bytes() / 2
+            && !self.closed.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the queue is below its high-water mark or the connection is gone.
+    pub(crate) async fn room(&self) {
+        loop {
+            let notified = self.room.notified();
+            if !self.congested() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The writer took the queue: paused clients may go on.
+    pub(crate) fn drained(&self) {
+        self.room.notify_waiters();
     }
 
     /// The connection ended: it takes no more clients and no more messages.
     pub(crate) fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
+        self.room.notify_waiters();
     }
 
     /// The app server began a graceful shutdown: no new clients.

@@ -37,6 +37,8 @@ pub(crate) enum RestError {
     PayloadTooLarge(usize),
     /// The path exists but not for this method; the methods it does take.
     MethodNotAllowed(Vec<&'static str>),
+    /// The body did not arrive within `timeouts.request_body_timeout` (given).
+    BodyTimeout(std::time::Duration),
 }
 
 impl RestError {
@@ -75,6 +77,7 @@ impl RestError {
             RestError::NotFound { .. } => StatusCode::NOT_FOUND,
             RestError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            RestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -92,6 +95,7 @@ impl RestError {
             } => "NotFound",
             RestError::PayloadTooLarge(_) => "PayloadTooLarge",
             RestError::MethodNotAllowed(_) => "MethodNotAllowed",
+            RestError::BodyTimeout(_) => "RequestTimeout",
         }
     }
 
@@ -106,6 +110,10 @@ impl RestError {
             RestError::MethodNotAllowed(allowed) => format!(
                 "this route does not support the request method; allowed: {}",
                 allowed.join(", ")
+            ),
+            RestError::BodyTimeout(limit) => format!(
+                "the request body did not arrive within {}",
+                humantime::format_duration(*limit)
             ),
         }
     }

@@ -36,14 +36,14 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use switchyard_auth::VerifiedToken;
+use switchyard_auth::{Strictness, VerifiedToken};
 use switchyard_core::HubName;
 
 use crate::executor::Executor;
-use crate::http::{authenticate, Query};
+use crate::http::Query;
 use crate::metrics::{status_class, StatusLabel};
 use error::RestError;
-use routes::Operation;
+use routes::{Api, Operation};
 
 /// This API's OpenAPI 3 description.
 const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
@@ -79,7 +79,7 @@ async fn handle(executor: &Executor, request: Request) -> Result<Response, RestE
         )
             .into_response()),
         Operation::Hub { api, hub, op } => {
-            authorize(executor, &parts)?;
+            authorize(executor, &parts, api)?;
             let query = Query::parse(&parts.uri);
             let hub = HubName::new(&hub, query.get("application"))?;
             ops::execute(executor, api, &hub, op, &parts, &query, body).await
@@ -87,8 +87,10 @@ async fn handle(executor: &Executor, request: Request) -> Result<Response, RestE
     }
 }
 
-/// Checks the `Authorization: Bearer` token (header only) against this request's URL.
-fn authorize(executor: &Executor, parts: &Parts) -> Result<VerifiedToken, RestError> {
+/// Checks the `Authorization: Bearer` token (header only) against this request's URL. User,
+/// group and connection names in the path compare exactly (a token for user `alice` does not
+/// send to `ALICE`), and a request naming an `application` needs a token naming it too.
+fn authorize(executor: &Executor, parts: &Parts, api: Api) -> Result<VerifiedToken, RestError> {
     let token = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -99,13 +101,17 @@ fn authorize(executor: &Executor, parts: &Parts) -> Result<VerifiedToken, RestEr
                 "an 'Authorization: Bearer <access token>' header is required".into(),
             )
         })?;
-    authenticate(
-        executor.keys(),
-        Some(token),
-        &parts.headers,
-        &parts.uri,
-        parts.uri.path(),
-        parts.uri.query(),
-    )
-    .map_err(|e| RestError::Unauthorized(e.to_string()))
+    // Segments after the hub alternate literal, name: `users/{user}/groups/{group}`.
+    let hub_segment = match api {
+        Api::V20220601 => 2,
+        Api::V1 | Api::V1Preview => 3,
+    };
+    let names = [hub_segment + 2, hub_segment + 4];
+    let strict = Strictness {
+        exact_segments: &names,
+    };
+    executor
+        .auth()
+        .authenticate(Some(token), parts.uri.path(), parts.uri.query(), &strict)
+        .map_err(|e| RestError::Unauthorized(e.to_string()))
 }

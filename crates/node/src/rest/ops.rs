@@ -41,8 +41,14 @@ pub(crate) async fn execute(
     match op {
         Op::Send(recipient) => {
             let target = send_target(&recipient, query)?;
-            let limit = executor.config().limits.max_request_body_size;
-            let command = match body::read(&parts.headers, body, limit).await? {
+            let config = executor.config();
+            let limit = config.limits.max_request_body_size;
+            let waited = config.timeouts.request_body_timeout;
+            let read = body::read(&parts.headers, body, limit);
+            let read = tokio::time::timeout(waited, read)
+                .await
+                .map_err(|_| RestError::BodyTimeout(waited))??;
+            let command = match read {
                 SendBody::Invocation {
                     target: method,
                     arguments,

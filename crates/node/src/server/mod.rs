@@ -44,7 +44,7 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
     let (mut parts, _body) = request.into_parts();
     let query = Query::parse(&parts.uri);
     // The SDK recognises only a 401 on the upgrade as an auth failure.
-    let (hub, token) = match authorize_hub(app.executor.keys(), &parts, &query, "/server/") {
+    let (hub, token) = match authorize_hub(app.executor.auth(), &parts, &query, "/server/") {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
@@ -54,15 +54,26 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
             "app servers connect with a WebSocket upgrade (GET /server/?hub=…)",
         );
     }
-    let server_id: Arc<str> = parts
+    // The token decides who the app server is; the header may only repeat it (the SDK sends
+    // both), so a holder of one server's token cannot take another server's sticky clients.
+    let header_id = parts
         .headers
         .get("x-asrs-server-id")
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .or_else(|| token.claim("nameid"))
-        .map(Arc::from)
-        .unwrap_or_else(|| Arc::from(switchyard_auth::generate_connection_token()));
+        .filter(|v| !v.is_empty());
+    let server_id: Arc<str> = match (token.claim("nameid"), header_id) {
+        (Some(nameid), Some(header)) if nameid != header => {
+            return text_error(
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "X-ASRS-Server-Id '{header}' is not the server id the token names ('{nameid}')"
+                ),
+            );
+        }
+        (Some(id), _) | (None, Some(id)) => Arc::from(id),
+        (None, None) => Arc::from(switchyard_auth::generate_connection_token()),
+    };
     let cid = query
         .get("cid")
         .filter(|c| !c.is_empty() && c.len() <= 128)

@@ -240,6 +240,7 @@ async fn serve(
             },
             next = connection.outbound.next_batch(&mut batch) => match next {
                 Batch::Frames => {
+                    connection.drained();
                     for frame in batch.drain(..) {
                         write(socket.feed(WsMessage::Binary(frame))).await?;
                     }

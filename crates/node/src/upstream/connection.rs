@@ -22,6 +22,18 @@ pub(crate) struct Queued {
     pub(crate) event: Event,
 }
 
+/// What an event costs while it waits beyond its body and URL: the queue entry and the
+/// request built from it (headers, signature). Counted so that many tiny invocations are
+/// charged for the memory and the requests they really cost.
+const EVENT_OVERHEAD: usize = 512;
+
+impl Queued {
+    /// Bytes counted against the connection's queue budget.
+    fn size(&self) -> usize {
+        self.event.body_len() + self.url.len() + EVENT_OVERHEAD
+    }
+}
+
 pub(crate) enum Event {
     Connected,
     Disconnected {
@@ -52,8 +64,7 @@ impl Event {
         }
     }
 
-    /// Bytes counted against the connection's queue budget.
-    fn size(&self) -> usize {
+    fn body_len(&self) -> usize {
         match self {
             Event::Invocation { body, .. } => body.len(),
             _ => 0,
@@ -162,12 +173,18 @@ impl ClientUpstream {
         connected.map(|queued| Self::push_locked(&mut queue, queued))
     }
 
-    /// Marks the connection ended. True if it had been opened, so the upstream must hear of
-    /// the end; then `disconnected` is the last event queued.
+    /// Marks the connection ended and drops the invocations still waiting (nobody is left
+    /// to answer, and a client must not keep the upstream busy after it left). True if it
+    /// had been opened, so the upstream must hear of the end; then `disconnected` is the
+    /// last event queued.
     pub(crate) fn close(&self) -> bool {
         let mut queue = self.queue.lock();
         let was_open = queue.opened && !queue.closed;
         queue.closed = true;
+        queue
+            .events
+            .retain(|queued| !matches!(queued.event, Event::Invocation { .. }));
+        queue.bytes = queue.events.iter().map(Queued::size).sum();
         was_open
     }
 
@@ -176,7 +193,7 @@ impl ClientUpstream {
     /// `disconnected` event itself).
     pub(crate) fn push(&self, queued: Queued, budget: usize, last: bool) -> Pushed {
         let mut queue = self.queue.lock();
-        let size = queued.event.size();
+        let size = queued.size();
         let over_budget = !queue.events.is_empty() && queue.bytes + size > budget;
         if (queue.closed && !last) || over_budget {
             return Pushed::Refused(queued.event);
@@ -185,7 +202,7 @@ impl ClientUpstream {
     }
 
     fn push_locked(queue: &mut Queue, queued: Queued) -> Pushed {
-        queue.bytes += queued.event.size();
+        queue.bytes += queued.size();
         queue.events.push_back(queued);
         if queue.running {
             Pushed::Queued
@@ -200,7 +217,7 @@ impl ClientUpstream {
         let mut queue = self.queue.lock();
         match queue.events.pop_front() {
             Some(queued) => {
-                queue.bytes -= queued.event.size();
+                queue.bytes -= queued.size();
                 Some(queued)
             }
             None => {
@@ -272,11 +289,36 @@ mod tests {
             Pushed::Refused(_)
         ));
         assert!(c.next().is_some());
-        assert!(matches!(c.push(invocation(5), 10, false), Pushed::Queued));
-        assert!(matches!(c.push(invocation(5), 10, false), Pushed::Queued));
+        // Each event costs its body, URL and EVENT_OVERHEAD.
+        let budget = 2 * (5 + EVENT_OVERHEAD);
+        assert!(matches!(
+            c.push(invocation(5), budget, false),
+            Pushed::Queued
+        ));
+        assert!(matches!(
+            c.push(invocation(5), budget, false),
+            Pushed::Queued
+        ));
+        assert!(matches!(
+            c.push(invocation(5), budget, false),
+            Pushed::Refused(_)
+        ));
         assert!(c.next().is_some());
         assert!(c.next().is_some());
         assert!(c.next().is_none());
+        // Ending drops waiting invocations but keeps connection events.
+        let c = client();
+        assert!(c.open(None).is_none());
+        assert!(matches!(
+            c.push(invocation(5), 1 << 20, false),
+            Pushed::Start
+        ));
+        assert!(matches!(
+            c.push(invocation(5), 1 << 20, false),
+            Pushed::Queued
+        ));
+        assert!(c.close());
+        assert!(c.next().is_none(), "the waiting invocations were dropped");
         // Closed before opened: nothing to tell.
         let c = client();
         assert!(!c.close());

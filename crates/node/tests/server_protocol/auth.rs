@@ -67,13 +67,17 @@ async fn upgrade_requires_a_valid_server_token() {
 }
 
 #[tokio::test]
-async fn the_server_id_is_the_header_else_the_token_nameid() {
+async fn the_server_id_is_the_tokens_and_a_differing_header_is_refused() {
     let server = TestServer::start().await;
     let hub = "chat";
-    // Header wins over the token's nameid.
+    // A header naming another server than the token does is refused (audit, low: the header
+    // used to win, so one server's token could pose as another server).
     let token = server.server_token(hub, "from-token");
+    let refused = dial(&server, hub, Some(&token), Some("from-header")).await;
+    assert_eq!(refused_status(refused), 401);
+    // The header repeating the token's nameid, as the SDK sends it.
     let mut first = AppServer::new(
-        dial(&server, hub, Some(&token), Some("from-header"))
+        dial(&server, hub, Some(&token), Some("from-token"))
             .await
             .unwrap(),
     );
@@ -88,6 +92,18 @@ async fn the_server_id_is_the_header_else_the_token_nameid() {
         second.handshake(handshake_request(0)).await.error_message,
         ""
     );
+    // A token without nameid: the header names the server.
+    let bare =
+        switchyard_auth::TokenBuilder::new(server.server_audience(hub)).sign(&server.key(), now());
+    let mut third = AppServer::new(
+        dial(&server, hub, Some(&bare), Some("only-header"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        third.handshake(handshake_request(0)).await.error_message,
+        ""
+    );
 
     first.send(Ping::new(&[("servers", "")])).await;
     let reply = first.ping("servers").await;
@@ -95,5 +111,5 @@ async fn the_server_id_is_the_header_else_the_token_nameid() {
     let (_ticks, ids) = list.split_once(':').expect("<ticks>:<ids>");
     let mut ids: Vec<&str> = ids.split(';').collect();
     ids.sort();
-    assert_eq!(ids, ["from-header", "only-token"]);
+    assert_eq!(ids, ["from-token", "only-header", "only-token"]);
 }

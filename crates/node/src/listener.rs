@@ -1,0 +1,450 @@
+//! The HTTP server under the routes: accepting sockets within bounds, and timeouts on what
+//! a peer must send.
+//!
+//! - Sockets: at most `limits.max_http_connections` (by default the open-files limit minus a
+//!   margin, so the process never runs out of descriptors); the last
+//!   `limits.reserved_http_connections` of them serve only health, metrics and app servers, so
+//!   a flood of clients cannot lock operators and app servers out; at most
+//!   `limits.max_connections_per_address` from one address (trusted proxies exempt). Over a
+//!   cap a socket is closed at once, or, in the reserve, answered 503.
+//! - A request's headers must arrive within `timeouts.request_header_timeout`, and a socket
+//!   with no request in progress (none yet, or idle between keep-alive requests) is closed
+//!   after as long; bodies have their own timeout where they are read. Upgraded WebSockets
+//!   leave these rules (their own keep-alive and timeouts apply) but stay counted: the count
+//!   lives in the stream, which the upgrade hands over.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::http::{header, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router as HttpRouter;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tower::ServiceExt;
+
+use crate::config::{canonical_ip, ValidConfig};
+use crate::metrics::{Metrics, ReasonLabel};
+
+/// Descriptors kept free of sockets when the cap is automatic: files, the log, the runtime.
+const AUTOMATIC_MARGIN: usize = 64;
+/// How long accepting pauses after the process ran out of descriptors anyway.
+const OUT_OF_FILES_PAUSE: Duration = Duration::from_millis(50);
+/// Paths a socket in the reserve may still use.
+const RESERVED_PATHS: &[&str] = &["/api/health", "/api/v1/health", "/metrics", "/server"];
+
+/// The socket bounds, from the settings.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    max: usize,
+    reserved: usize,
+    per_address: usize,
+}
+
+impl Caps {
+    fn new(config: &ValidConfig) -> Caps {
+        let limits = &config.limits;
+        let max = match limits.max_http_connections {
+            0 => open_files_limit().saturating_sub(AUTOMATIC_MARGIN).max(1),
+            n => n,
+        };
+        Caps {
+            max,
+            reserved: limits.reserved_http_connections.min(max.saturating_sub(1)),
+            per_address: limits.max_connections_per_address,
+        }
+    }
+}
+
+/// The process's soft limit on open files (generous when it cannot be read).
+fn open_files_limit() -> usize {
+    rlimit::getrlimit(rlimit::Resource::NOFILE)
+        .map(|(soft, _)| usize::try_from(soft).unwrap_or(usize::MAX))
+        .unwrap_or(1 << 20)
+}
+
+/// Open sockets, in all and per address.
+struct Gate {
+    caps: Caps,
+    open: AtomicUsize,
+    by_address: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Why a socket was not served.
+#[derive(Clone, Copy)]
+enum Refused {
+    Full,
+    Address,
+}
+
+impl Refused {
+    fn code(self) -> &'static str {
+        match self {
+            Refused::Full => "full",
+            Refused::Address => "per_address",
+        }
+    }
+}
+
+/// A socket counted by the gate until it closes.
+struct Ticket {
+    gate: Arc<Gate>,
+    address: Option<IpAddr>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.metrics.http_connections.dec();
+        self.gate.open.fetch_sub(1, Ordering::AcqRel);
+        if let Some(address) = self.address {
+            let mut by_address = self.gate.by_address.lock();
+            if let Some(count) = by_address.get_mut(&address) {
+                *count -= 1;
+                if *count == 0 {
+                    by_address.remove(&address);
+                }
+            }
+        }
+    }
+}
+
+impl Gate {
+    /// Counts a new socket, or says why it cannot be served. The bool: it is in the reserve.
+    fn admit(
+        self: &Arc<Self>,
+        peer: IpAddr,
+        trusted: bool,
+        metrics: &Arc<Metrics>,
+    ) -> Result<(Ticket, bool), Refused> {
+        let open = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.caps.max).then_some(n + 1)
+            })
+            .map_err(|_| Refused::Full)?;
+        metrics.http_connections.inc();
+        let mut ticket = Ticket {
+            gate: self.clone(),
+            address: None,
+            metrics: metrics.clone(),
+        };
+        if self.caps.per_address != 0 && !trusted {
+            let mut by_address = self.by_address.lock();
+            let count = by_address.entry(peer).or_insert(0);
+            if *count >= self.caps.per_address {
+                return Err(Refused::Address);
+            }
+            *count += 1;
+            ticket.address = Some(peer);
+        }
+        Ok((ticket, open >= self.caps.max - self.caps.reserved))
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, runs
+/// `closing` (which closes the clients), and gives requests still in flight `grace` to end.
+pub(crate) async fn run<C: Future<Output = ()>>(
+    listener: TcpListener,
+    router: HttpRouter,
+    config: &ValidConfig,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+    closing: impl FnOnce() -> C,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let gate = Arc::new(Gate {
+        caps: Caps::new(config),
+        open: AtomicUsize::new(0),
+        by_address: Mutex::new(HashMap::new()),
+    });
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.timeouts.request_header_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(config.timeouts.keep_alive_interval));
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    let mut out_of_files_logged = false;
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    if is_out_of_files(&error) {
+                        if !out_of_files_logged {
+                            tracing::warn!(%error, "out of file descriptors; lower limits.max_http_connections");
+                            out_of_files_logged = true;
+                        }
+                        tokio::time::sleep(OUT_OF_FILES_PAUSE).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        let peer_ip = canonical_ip(peer.ip());
+        let (ticket, reserved) =
+            match gate.admit(peer_ip, config.is_trusted_proxy(peer_ip), &metrics) {
+                Ok(admitted) => admitted,
+                Err(refused) => {
+                    metrics
+                        .http_connections_refused
+                        .get_or_create(&ReasonLabel {
+                            reason: refused.code(),
+                        })
+                        .inc();
+                    drop(stream);
+                    continue;
+                }
+            };
+        // Small frames go out at once: Nagle's algorithm would hold a frame written while an
+        // earlier one is unacknowledged (up to the peer's delayed-ACK time).
+        let _ = stream.set_nodelay(true);
+        let activity = Arc::new(Activity::new());
+        let service = service(
+            peer,
+            router.clone(),
+            reserved,
+            metrics.clone(),
+            activity.clone(),
+        );
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let idle_limit = config.timeouts.request_header_timeout;
+        let stream = Counted {
+            stream,
+            _ticket: ticket,
+        };
+        tokio::spawn(async move {
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let connection = watcher.watch(connection);
+            tokio::pin!(connection);
+            // Dropping the connection closes a socket that has been idle too long.
+            loop {
+                let check_at = activity.idle_deadline(idle_limit);
+                tokio::select! {
+                    _ = &mut connection => break,
+                    _ = tokio::time::sleep_until(check_at) => {
+                        if activity.idle_for(idle_limit) {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    closing().await;
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+    Ok(())
+}
+
+/// A socket and its place in the gate, given up when the socket closes: after the HTTP
+/// connection ends, or, for a WebSocket, when the upgraded stream is dropped.
+struct Counted {
+    stream: TcpStream,
+    _ticket: Ticket,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Requests of one socket in progress (a response's body counts until it ends), and when the
+/// last one began or ended.
+struct Activity {
+    in_flight: AtomicUsize,
+    since: tokio::time::Instant,
+    /// Milliseconds after `since`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            since: tokio::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = self.since.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Release);
+    }
+
+    fn last(&self) -> tokio::time::Instant {
+        self.since + Duration::from_millis(self.last_ms.load(Ordering::Acquire))
+    }
+
+    /// When the socket would have been idle for `limit`.
+    fn idle_deadline(&self, limit: Duration) -> tokio::time::Instant {
+        let deadline = self.last() + limit;
+        deadline.max(tokio::time::Instant::now() + Duration::from_millis(10))
+    }
+
+    /// No request in progress, and none for `limit`.
+    fn idle_for(&self, limit: Duration) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0 && self.last().elapsed() >= limit
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        InFlight(self.clone())
+    }
+}
+
+/// One request in progress; ends when its response body is done (or dropped).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request in progress until it ends.
+struct TrackedBody {
+    inner: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The routes as one socket's service: every request carries the peer address, and a socket
+/// in the reserve gets only the reserved paths.
+fn service(
+    peer: SocketAddr,
+    router: HttpRouter,
+    reserved: bool,
+    metrics: Arc<Metrics>,
+    activity: Arc<Activity>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response,
+    Error = Infallible,
+    Future = RequestFuture,
+> + Clone {
+    hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        let router = router.clone();
+        let metrics = metrics.clone();
+        let in_flight = activity.begin();
+        Box::pin(async move {
+            if reserved
+                && !RESERVED_PATHS
+                    .iter()
+                    .any(|p| request.uri().path().starts_with(p))
+            {
+                metrics
+                    .http_connections_refused
+                    .get_or_create(&ReasonLabel { reason: "reserved" })
+                    .inc();
+                return Ok::<_, Infallible>(busy());
+            }
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let response = router.oneshot(request.map(axum::body::Body::new)).await?;
+            Ok(response.map(|inner| {
+                axum::body::Body::new(TrackedBody {
+                    inner,
+                    _in_flight: in_flight,
+                })
+            }))
+        }) as RequestFuture
+    })
+}
+
+type RequestFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+/// The answer on a socket in the reserve: the service is at its socket limit.
+fn busy() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::RETRY_AFTER, "5"),
+            (header::CONNECTION, "close"),
+        ],
+        "the service is at its limit of open connections (limits.max_http_connections); try again later",
+    )
+        .into_response()
+}
+
+fn is_out_of_files(error: &std::io::Error) -> bool {
+    // EMFILE (process) and ENFILE (system).
+    matches!(error.raw_os_error(), Some(24) | Some(23))
+}

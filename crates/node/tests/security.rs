@@ -1,0 +1,648 @@
+//! The security audit's findings (issue 16), each reproduced against a live node the way the
+//! audit tried it, and shown fixed: session binding, HTTP timeouts and socket caps, the
+//! client → app-server budget, forwarded headers, audiences, pending negotiations, upstream
+//! amplification, and the low-severity items.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream as StdTcpStream;
+use std::time::{Duration, Instant};
+
+use common::{eventually, now, within, AppServer, Http, TestServer, HANDSHAKE_JSON, WAIT};
+use switchyard_auth::TokenBuilder;
+use switchyard_node::Config;
+
+/// Reads until the server closes the socket (or `limit` passes); whether it closed.
+fn closed_within(stream: &mut StdTcpStream, limit: Duration) -> bool {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return started.elapsed() < limit,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Session binding
+// ---------------------------------------------------------------------------------------
+
+/// A v0 connection is found by its (public) connection id: another user of the hub holding
+/// it used to read the victim's polls, send as the victim and end the connection.
+#[tokio::test]
+async fn a_v0_session_belongs_to_whoever_negotiated_it() {
+    let mut config = Config::default();
+    config.timeouts.long_poll_timeout = Duration::from_millis(500);
+    let server = TestServer::start_with(config).await;
+    let victim = Http::for_user(&server, "chat", "alice");
+    let negotiated = switchyard_client::negotiate(&victim.base, &victim.token, 0)
+        .await
+        .unwrap();
+    let id = negotiated.connection_id;
+    assert_eq!(victim.poll(&id).await.status(), 200);
+    assert_eq!(victim.post(&id, HANDSHAKE_JSON).await.status(), 200);
+    assert_eq!(
+        &victim.poll(&id).await.bytes().await.unwrap()[..],
+        b"{}\x1e"
+    );
+    let attacker = Http::for_user(&server, "chat", "mallory");
+    assert_eq!(
+        attacker.poll(&id).await.status(),
+        404,
+        "read the victim's poll"
+    );
+    assert_eq!(
+        attacker
+            .post(&id, b"{\"type\":1,\"target\":\"x\",\"arguments\":[]}\x1e")
+            .await
+            .status(),
+        404,
+        "sent as the victim"
+    );
+    assert_eq!(attacker.delete(&id).await.status(), 404, "ended the victim");
+    // A WebSocket with the victim's id is refused too.
+    let url = format!("{}&id={id}", server.ws_url("chat", None));
+    let refused = switchyard_client::WsClient::connect(
+        &url,
+        Some(&attacker.token),
+        switchyard_hub_protocol::Format::Json,
+    )
+    .await;
+    assert!(refused.is_err(), "a WebSocket took over the session");
+    // The victim is untouched and still receives.
+    server.broadcast("chat", "still", &[]);
+    let body = victim.poll(&id).await.bytes().await.unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("still"), "{body:?}");
+    // A fresh token of the same user (token factories sign one per request) is the owner.
+    let again = Http::for_user(&server, "chat", "alice");
+    assert_eq!(again.poll(&id).await.status(), 200);
+}
+
+/// The same check holds for negotiate v1's connection token (defence in depth).
+#[tokio::test]
+async fn a_v1_connection_token_is_bound_to_its_user_too() {
+    let server = TestServer::start().await;
+    let victim = Http::for_user(&server, "chat", "alice");
+    let token = victim.open_long_polling().await;
+    let attacker = Http::for_user(&server, "chat", "mallory");
+    assert_eq!(attacker.poll(&token).await.status(), 404);
+    assert_eq!(victim.delete(&token).await.status(), 202);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. HTTP timeouts and socket caps
+// ---------------------------------------------------------------------------------------
+
+fn quick_timeouts() -> Config {
+    let mut config = Config::default();
+    config.timeouts.request_header_timeout = Duration::from_millis(500);
+    config.timeouts.request_body_timeout = Duration::from_millis(500);
+    config
+}
+
+/// Sockets that send nothing, headers that trickle, and idle keep-alive sockets are closed
+/// after `timeouts.request_header_timeout`; they used to stay open forever.
+#[tokio::test]
+async fn idle_and_slow_sockets_are_closed() {
+    let server = TestServer::start_with(quick_timeouts()).await;
+    let addr = server.addr;
+    tokio::task::spawn_blocking(move || {
+        let mut silent = StdTcpStream::connect(addr).unwrap();
+        assert!(
+            closed_within(&mut silent, Duration::from_secs(5)),
+            "silent socket"
+        );
+        let mut slow = StdTcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET /api/health HTTP/1.1\r\nHo").unwrap();
+        assert!(
+            closed_within(&mut slow, Duration::from_secs(5)),
+            "slow headers"
+        );
+        // After one request on a keep-alive socket, idleness ends it too.
+        let mut kept = StdTcpStream::connect(addr).unwrap();
+        kept.write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        assert!(
+            closed_within(&mut kept, Duration::from_secs(5)),
+            "idle keep-alive"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A body that does not arrive in time is answered 408 (REST and SSE/long-polling sends).
+#[tokio::test]
+async fn slow_bodies_are_answered_408() {
+    let server = TestServer::start_with(quick_timeouts()).await;
+    let path = "/api/hubs/chat/:send";
+    let token = TokenBuilder::new(format!("{}{path}", server.http())).sign(&server.key(), now());
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"target\""
+    );
+    let response = tokio::task::spawn_blocking({
+        let server_addr = server.addr;
+        move || {
+            let mut stream = StdTcpStream::connect(server_addr).unwrap();
+            stream.write_all(request.as_bytes()).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("did not arrive within"), "{response}");
+}
+
+/// Past `max_http_connections − reserved_http_connections` sockets only health, metrics and
+/// app servers are served (503 for anything else); past the cap sockets are closed at once; and
+/// one address holds at most `max_connections_per_address`. A flood of idle sockets used to
+/// make health time out and fill the log with "Too many open files".
+#[tokio::test]
+async fn socket_caps_keep_a_reserve_for_operators() {
+    let mut config = Config::default();
+    config.limits.max_http_connections = 8;
+    config.limits.reserved_http_connections = 3;
+    let server = TestServer::start_with(config).await;
+    let addr = server.addr;
+    let token = server.token("chat", None);
+    tokio::task::spawn_blocking(move || {
+        // Five idle sockets: the next ones are in the reserve (8 − 3).
+        let mut held: Vec<StdTcpStream> = (0..5)
+            .map(|_| StdTcpStream::connect(addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let exchange = |request: String| {
+            let mut stream = StdTcpStream::connect(addr).unwrap();
+            stream.write_all(request.as_bytes()).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            (stream, String::from_utf8_lossy(&buf[..n]).into_owned())
+        };
+        let (_refused, negotiate) = exchange(format!(
+            "POST /client/negotiate?hub=chat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n"
+        ));
+        assert!(negotiate.starts_with("HTTP/1.1 503"), "{negotiate}");
+        assert!(negotiate.contains("max_http_connections"), "{negotiate}");
+        let (health_socket, health) =
+            exchange("GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n".into());
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        let (metrics_socket, metrics) =
+            exchange("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".into());
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(
+            metrics.contains("switchyard_http_connections_refused_total{reason=\"reserved\"} 1"),
+            "{metrics}"
+        );
+        held.extend([health_socket, metrics_socket]);
+        // Seven open (the refused one was closed): one more fills the cap, the next is closed
+        // without a word.
+        held.push(StdTcpStream::connect(addr).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        let mut over = StdTcpStream::connect(addr).unwrap();
+        assert!(closed_within(&mut over, Duration::from_secs(2)), "over the cap");
+        drop(held);
+    })
+    .await
+    .unwrap();
+    // Sockets freed, service as usual.
+    let connections = server.node.metrics.clone();
+    eventually("the held sockets noticed closed", WAIT, || {
+        connections
+            .encode()
+            .contains("switchyard_http_connections 0")
+    })
+    .await;
+    let ok =
+        switchyard_client::negotiate(&server.client_url("chat"), &server.token("chat", None), 1)
+            .await;
+    assert!(ok.is_ok(), "{ok:?}");
+
+    let mut config = Config::default();
+    config.limits.max_connections_per_address = 2;
+    let server = TestServer::start_with(config).await;
+    let addr = server.addr;
+    tokio::task::spawn_blocking(move || {
+        let _one = StdTcpStream::connect(addr).unwrap();
+        let _two = StdTcpStream::connect(addr).unwrap();
+        let mut three = StdTcpStream::connect(addr).unwrap();
+        assert!(
+            closed_within(&mut three, Duration::from_secs(2)),
+            "per address"
+        );
+    })
+    .await
+    .unwrap();
+    let metrics = server.node.metrics.clone();
+    eventually("the per-address refusal counted", WAIT, || {
+        metrics
+            .encode()
+            .contains("switchyard_http_connections_refused_total{reason=\"per_address\"} 1")
+    })
+    .await;
+    // Once the server notices the three closes, the address has room again.
+    eventually("the address's sockets noticed closed", WAIT, || {
+        metrics.encode().contains("switchyard_http_connections 0")
+    })
+    .await;
+    let ok =
+        switchyard_client::negotiate(&server.client_url("chat"), &server.token("chat", None), 1)
+            .await;
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+/// A WebSocket keeps its socket's place in the cap after the upgrade (the HTTP connection
+/// ends there, the socket does not), is not closed as an idle HTTP socket, and gives its place
+/// up when it closes. (The gauge and the cap count with the same ticket.)
+#[tokio::test]
+async fn websockets_count_against_the_socket_cap() {
+    use switchyard_hub_protocol::Format;
+    let mut config = Config::default();
+    config.limits.max_http_connections = 16;
+    config.limits.reserved_http_connections = 0;
+    // Negotiate's keep-alive sockets are closed soon, so only the WebSockets stay.
+    config.timeouts.request_header_timeout = Duration::from_millis(500);
+    let server = TestServer::start_with(config).await;
+    let token = server.token("chat", None);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let (mut client, _) = common::RawClient::start(&server, "chat", &token, Format::Json).await;
+        client.handshake_result().await.unwrap();
+        clients.push(client);
+    }
+    let metrics = server.node.metrics.clone();
+    eventually("only the three WebSockets open", WAIT, || {
+        metrics.encode().contains("switchyard_http_connections 3")
+    })
+    .await;
+    // Well past the idle limit, the WebSockets are still open and counted.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(metrics.encode().contains("switchyard_http_connections 3"));
+    assert_eq!(server.node.client_connection_count(), 3);
+    clients.pop().unwrap().close().await;
+    eventually("the closed WebSocket's socket released", WAIT, || {
+        metrics.encode().contains("switchyard_http_connections 2")
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. One client cannot cost others their app-server connection
+// ---------------------------------------------------------------------------------------
+
+/// An app server that stops reading, and one client sending large messages: the client is
+/// held back (its transport stops reading) instead of the shared server connection being
+/// dropped, which used to close every other client on it with "app server … was lost".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_greedy_client_is_held_back_not_its_neighbours() {
+    use switchyard_hub_protocol::Format;
+    let mut config = common::default_mode();
+    config.limits.max_pending_bytes_per_server_connection = 1024 * 1024;
+    config.limits.max_client_message_size = 1024 * 1024;
+    let server = TestServer::start_with(config).await;
+    let mut app = AppServer::open(&server, "chat", "app").await;
+    let token = server.token("chat", Some("greedy"));
+    let (mut greedy, greedy_id) =
+        common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
+    let token = server.token("chat", Some("bystander"));
+    let (mut bystander, bystander_id) =
+        common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
+    // The app server stops reading; the greedy client sends 48 messages of 512 KB.
+    let payload = "x".repeat(512 * 1024);
+    let message = format!("{{\"type\":1,\"target\":\"big\",\"arguments\":[\"{payload}\"]}}\u{1e}");
+    let sender = tokio::spawn(async move {
+        for _ in 0..48 {
+            greedy.send_raw(message.as_bytes()).await;
+        }
+        greedy
+    });
+    // Three seconds of an app server that does not read (its socket fills, then the queue).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        server.node.server_connection_count(),
+        1,
+        "the shared server connection was dropped"
+    );
+    // The app server reads again: everything the greedy client sent arrives, in order.
+    let mut received = 0;
+    while received < 48 {
+        let data = within(
+            "the greedy client's messages",
+            Duration::from_secs(30),
+            app.connection_data(&greedy_id),
+        )
+        .await;
+        received += data.iter().filter(|&&b| b == 0x1e).count();
+    }
+    assert_eq!(received, 48);
+    let mut greedy = within("the sender", WAIT, sender).await.unwrap();
+    // Nobody was closed: both clients still get the app server's messages.
+    let hello = common::Msg::invocation("hello", &[]);
+    app.send_to(&bystander_id, &hello.json).await;
+    bystander.expect(&hello).await;
+    app.send_to(&greedy_id, &hello.json).await;
+    greedy.expect(&hello).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 5, 6. Forwarded headers and audiences
+// ---------------------------------------------------------------------------------------
+
+/// A client's own `X-Forwarded-For` used to reach the app server as its address; now only a
+/// configured trusted proxy's does.
+#[tokio::test]
+async fn forwarded_for_is_believed_only_from_trusted_proxies() {
+    use switchyard_hub_protocol::Format;
+    for (trusted, expected) in [(false, "127.0.0.1"), (true, "6.6.6.6, 127.0.0.1")] {
+        let mut config = common::default_mode();
+        if trusted {
+            config.trusted_proxies = vec!["127.0.0.0/8".into()];
+        }
+        let server = TestServer::start_with(config).await;
+        let mut app = AppServer::open(&server, "chat", "app").await;
+        let token = server.token("chat", None);
+        let negotiated = switchyard_client::negotiate(&server.client_url("chat"), &token, 1)
+            .await
+            .unwrap();
+        let mut request =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                server.ws_url("chat", Some(&negotiated.id_value)),
+            )
+            .unwrap();
+        let headers = request.headers_mut();
+        headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        headers.insert("x-forwarded-for", "6.6.6.6".parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        use futures_util::SinkExt;
+        ws.send(tokio_tungstenite::tungstenite::Message::Text(
+            String::from_utf8(HANDSHAKE_JSON.to_vec()).unwrap().into(),
+        ))
+        .await
+        .unwrap();
+        let open = app.open_connection().await;
+        let forwarded = common::header(&open.headers, "X-Forwarded-For").map(|v| v.join(","));
+        assert_eq!(forwarded.as_deref(), Some(expected), "trusted={trusted}");
+        let _ = Format::Json;
+    }
+}
+
+/// A token minted for another host used to pass once the request said
+/// `X-Forwarded-Host: <that host>`; audiences are checked against the service's own origins.
+#[tokio::test]
+async fn audiences_name_this_service_whatever_the_headers_say() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let negotiate = |token: String, headers: Vec<(&'static str, &'static str)>| {
+        let mut request = client
+            .post(format!(
+                "{}/client/negotiate?hub=chat&negotiateVersion=1",
+                server.http()
+            ))
+            .bearer_auth(token);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let foreign =
+        TokenBuilder::new("https://evil.example/client/?hub=chat").sign(&server.key(), now());
+    for headers in [
+        vec![
+            ("x-forwarded-host", "evil.example"),
+            ("x-forwarded-proto", "https"),
+        ],
+        vec![("host", "evil.example")],
+    ] {
+        let status = negotiate(foreign.clone(), headers.clone())
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 401, "{headers:?}");
+    }
+    // `localhost` names this loopback service as well as 127.0.0.1 does (the Emulator's
+    // connection string uses it).
+    let local = TokenBuilder::new(format!(
+        "http://localhost:{}/client/?hub=chat",
+        server.addr.port()
+    ))
+    .sign(&server.key(), now());
+    assert_eq!(negotiate(local, vec![]).await.unwrap().status(), 200);
+    server.stop().await;
+
+    // Behind a proxy: the public endpoint is what tokens name.
+    let server = TestServer::start_with(Config {
+        public_endpoint: Some("https://signalr.example.com".into()),
+        ..Config::default()
+    })
+    .await;
+    let public = TokenBuilder::new("https://signalr.example.com/client/?hub=chat")
+        .sign(&server.key(), now());
+    let response = reqwest::Client::new()
+        .post(format!(
+            "{}/client/negotiate?hub=chat&negotiateVersion=1",
+            server.http()
+        ))
+        .bearer_auth(public)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Upstream amplification
+// ---------------------------------------------------------------------------------------
+
+/// A client's queued invocations used to keep reaching the webhook after it disconnected
+/// (200 events from one POST, still delivered after DELETE); now its end drops them and only
+/// `disconnected` follows.
+#[tokio::test]
+async fn a_departed_clients_invocations_stop() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // An upstream that answers slowly: each request takes 200 ms.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let disconnected = Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().fallback({
+        let (seen, disconnected) = (seen.clone(), disconnected.clone());
+        move |request: axum::extract::Request| {
+            let (seen, disconnected) = (seen.clone(), disconnected.clone());
+            async move {
+                let event = request
+                    .headers()
+                    .get("x-asrs-event")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                if event == "disconnected" {
+                    disconnected.fetch_add(1, Ordering::SeqCst);
+                } else if event != "connected" {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                ""
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut config = Config::default();
+    config.upstream.templates = vec![switchyard_node::config::UpstreamTemplate::new(format!(
+        "http://{upstream}/upstream"
+    ))];
+    let server = TestServer::start_with(config).await;
+    let http = Http::new(&server, "chat");
+    let id = http.open_long_polling().await;
+    let burst = "{\"type\":1,\"target\":\"t\",\"arguments\":[]}\u{1e}".repeat(200);
+    assert_eq!(http.post(&id, burst.as_bytes()).await.status(), 200);
+    assert_eq!(http.delete(&id).await.status(), 202);
+    eventually("the disconnected event", Duration::from_secs(10), || {
+        disconnected.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let delivered = seen.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        delivered,
+        "invocations after the end"
+    );
+    assert!(
+        delivered <= 2,
+        "{delivered} invocations reached the upstream after the client left"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Low: REST audiences, query redaction, token lifetime
+// ---------------------------------------------------------------------------------------
+
+/// A REST token for user `alice` used to also send to `ALICE`. Applications follow Azure's
+/// rule: the documented audience is the URL without its query, so a token without
+/// `application` stands for the path under any application (as on Azure), while a token that
+/// names one (the Management SDK's form) opens only that one.
+#[tokio::test]
+async fn rest_tokens_name_exact_users_and_their_application() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let send = |path: &str, query: &str, aud: &str| {
+        let token = TokenBuilder::new(format!("{}{aud}", server.http())).sign(&server.key(), now());
+        client
+            .post(format!("{}{path}{query}", server.http()))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"target": "t", "arguments": []}))
+            .send()
+    };
+    let alice = "/api/hubs/chat/users/alice/:send";
+    assert_eq!(send(alice, "", alice).await.unwrap().status(), 202);
+    assert_eq!(
+        send("/api/hubs/chat/users/ALICE/:send", "", alice)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    // Literal segments and the hub still ignore case.
+    assert_eq!(
+        send("/api/HUBS/Chat/Users/alice/:SEND", "", alice)
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    assert_eq!(
+        send(alice, "?application=other", alice)
+            .await
+            .unwrap()
+            .status(),
+        202,
+        "Azure's documented form: the URL without its query"
+    );
+    let with_app = format!("{alice}?application=mine&api-version=2022-06-01");
+    assert_eq!(
+        send(alice, "?application=MINE&api-version=2022-06-01", &with_app)
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    assert_eq!(
+        send(
+            alice,
+            "?application=other&api-version=2022-06-01",
+            &with_app
+        )
+        .await
+        .unwrap()
+        .status(),
+        401
+    );
+    let ada = format!("{alice}?application=mine").replace("alice", "ada");
+    assert_eq!(
+        send(alice, "?application=mine", &ada)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+}
+
+/// `ID=` and `Access_Token=` in other letter cases used to reach the app server in the
+/// client's query string, carrying the connection token and the JWT.
+#[tokio::test]
+async fn secrets_in_the_query_are_hidden_whatever_their_case() {
+    use futures_util::SinkExt;
+    let config = common::default_mode();
+    let server = TestServer::start_with(config).await;
+    let mut app = AppServer::open(&server, "chat", "app").await;
+    let token = server.token("chat", None);
+    let negotiated = switchyard_client::negotiate(&server.client_url("chat"), &token, 1)
+        .await
+        .unwrap();
+    let url = format!(
+        "ws://{}/client/?hub=chat&ID={}&Access_Token={token}&keep=1",
+        server.addr, negotiated.id_value
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        String::from_utf8(HANDSHAKE_JSON.to_vec()).unwrap().into(),
+    ))
+    .await
+    .unwrap();
+    let open = app.open_connection().await;
+    assert_eq!(open.query_string.as_deref(), Some("?hub=chat&keep=1"));
+}
+
+/// `limits.max_token_lifetime` refuses tokens that live longer.
+#[tokio::test]
+async fn tokens_may_be_capped_in_lifetime() {
+    let mut config = Config::default();
+    config.limits.max_token_lifetime = Duration::from_secs(3600);
+    let server = TestServer::start_with(config).await;
+    let aud = server.client_url("chat");
+    let long = TokenBuilder::new(&aud)
+        .lifetime(Duration::from_secs(7 * 24 * 3600))
+        .sign(&server.key(), now());
+    let short = TokenBuilder::new(&aud).sign(&server.key(), now());
+    let refused = switchyard_client::negotiate(&aud, &long, 1).await;
+    assert!(
+        matches!(refused, Err(switchyard_client::ClientError::Negotiate { status: 401, ref body }) if body.contains("max_token_lifetime")),
+        "{refused:?}"
+    );
+    assert!(switchyard_client::negotiate(&aud, &short, 1).await.is_ok());
+}
