@@ -240,7 +240,43 @@ def client_session():
     seed("client_session", b'{"protocol":"json","version":1', knob=0x10)
 
 
+def backplane_envelope():
+    """Envelopes as crates/backplane/src/envelope.rs writes them:
+    [version, origin, seq, kind, hub, ...fields]."""
+    def arr(*items):
+        return bytes([0x90 | len(items)]) + b"".join(items)
+
+    def u(n):
+        return bytes([n]) if n < 128 else b"\xcf" + struct.pack(">Q", n)
+
+    s = msgpack_str
+    hub = s("app_chat")
+    payloads = arr(s("json"), msgpack_bin(b'{"type":1,"target":"m","arguments":[]}\x1e'),
+                   s("messagepack"), msgpack_bin(b"\x96\x01\x80\xc0\xa1m\x90\x90"))
+    targets = [
+        arr(u(0), arr(s("x"))),
+        arr(u(1), s("conn")),
+        arr(u(2), arr(s("a"), s("b"))),
+        arr(u(3), s("user")),
+        arr(u(4), arr()),
+        arr(u(5), s("g"), arr(s("c")), arr(s("u"))),
+        arr(u(6), arr(s("g1"), s("g2"))),
+    ]
+    origin = u(2**63 + 5)
+    for target in targets:
+        seed("backplane_envelope", arr(u(1), origin, u(7), u(0), hub, target, payloads))
+    seed("backplane_envelope", arr(u(1), origin, u(8), u(1), hub, s("c"), s("g")))
+    seed("backplane_envelope", arr(u(1), origin, u(9), u(2), hub, s("c"), b"\xc0"))
+    seed("backplane_envelope", arr(u(1), origin, u(10), u(3), hub, s("u"), s("g"), b"\xcd\x05\xdc"))
+    seed("backplane_envelope", arr(u(1), origin, u(11), u(4), hub, s("u"), s("g")))
+    seed("backplane_envelope",
+         arr(u(1), origin, u(12), u(5), hub, targets[3], arr(s("k")), arr(u(0), s("bye"))))
+    seed("backplane_envelope", arr(u(1), origin, u(13), u(5), hub, targets[0], arr(), arr(u(1))))
+    seed("backplane_envelope", b"garbage", cut=3)
+
+
 if __name__ == "__main__":
+    backplane_envelope()
     hub_protocol()
     service_protocol()
     service_protocol_messages()

@@ -39,6 +39,27 @@ run "cargo clippy (node with the fuzzing entry points)" cargo clippy -p switchya
 # Every crate's files form layers: no import cycle between files, none between top-level modules.
 run "module layering (no import cycles)" bash -c 'python3 scripts/module-cycles.py crates/* && python3 scripts/module-cycles.py --parent-edges --top-level crates/*'
 
+# Debian packages, as root or through sudo; `apt-get update` once per run.
+apt_updated=0
+apt_install() {
+  local as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    need sudo || { echo "installing $* needs root or sudo"; return 1; }
+    as_root=(sudo)
+  fi
+  if [ "$apt_updated" -eq 0 ]; then
+    "${as_root[@]}" apt-get update -qq || return 1
+    apt_updated=1
+  fi
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+# The cluster tests start real redis-server processes (Debian's redis-server package).
+if ! need redis-server; then
+  step "installing redis-server (apt-get install redis-server) for the cluster tests"
+  apt_install redis-server || { echo "redis-server is required by the cluster tests"; exit 1; }
+fi
+
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked
 step "building the service and the bench app server for the end-to-end tests"
@@ -50,13 +71,7 @@ run "end-to-end tests (@microsoft/signalr in Node)" bash -c 'cd tests/e2e && npm
 ensure_chromium() {
   if [ -n "${CHROMIUM_PATH:-}" ] || need chromium || need chromium-browser; then return 0; fi
   echo "installing Chromium (apt-get install chromium) for the browser tests"
-  local as_root=()
-  if [ "$(id -u)" -ne 0 ]; then
-    need sudo || { echo "chromium is missing; installing it needs root or sudo (or set CHROMIUM_PATH)"; return 1; }
-    as_root=(sudo)
-  fi
-  "${as_root[@]}" apt-get update -qq \
-    && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  apt_install chromium || { echo "chromium is missing (or set CHROMIUM_PATH)"; return 1; }
 }
 browser_tests() {
   ensure_chromium && (

@@ -453,6 +453,36 @@ pub mod handshake {
     }
 }
 
+/// Target `backplane_envelope`: the envelope nodes exchange through the backplane.
+pub mod backplane_envelope {
+    use bytes::Bytes;
+    use switchyard_backplane::envelope::{decode, encode};
+
+    use crate::Input;
+
+    pub fn check(data: &[u8]) {
+        let input = Input::parse(data);
+        let (first, _) = input.parts();
+        let whole = Bytes::copy_from_slice(input.payload);
+        let all = decode(&whole);
+        // An envelope arrives whole or not at all: a strict prefix of a good one is an error.
+        if first.len() < whole.len() && all.is_ok() {
+            assert!(
+                decode(&Bytes::copy_from_slice(first)).is_err(),
+                "a truncated envelope decoded"
+            );
+        }
+        if let Ok((stamp, message)) = all {
+            let encoded = encode(stamp, &message);
+            assert_eq!(
+                decode(&encoded),
+                Ok((stamp, message)),
+                "envelope round trip"
+            );
+        }
+    }
+}
+
 /// Target `connection_string`: `ConnectionString::from_str` and `Display`.
 pub mod connection_string {
     use switchyard_auth::{ConnectionString, ConnectionStringError};
@@ -885,6 +915,11 @@ mod tests {
     #[test]
     fn replay_hub_frames_msgpack() {
         replay("hub_frames_msgpack", hub_frames_msgpack::check);
+    }
+
+    #[test]
+    fn replay_backplane_envelope() {
+        replay("backplane_envelope", backplane_envelope::check);
     }
 
     #[test]

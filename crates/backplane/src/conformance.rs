@@ -1,6 +1,10 @@
 //! The behaviour every [`Backplane`] implementation must show. Call [`run_all`] from the
-//! implementation's tests with a factory for fresh instances. Implementations that deliver
-//! asynchronously get up to [`SETTLE`] for messages to arrive.
+//! implementation's tests with a factory for a fresh pair of handles on one shared backplane
+//! (the same object twice for an in-process one; two clients of one server for a networked
+//! one). Node "a" lives on the first handle, node "b" on the second, and messages are
+//! published through the second, so a networked implementation is checked across the network;
+//! every check runs again with both nodes on the first handle for the local path.
+//! Implementations that deliver asynchronously get up to [`SETTLE`] for messages to arrive.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,22 +65,62 @@ fn attach(backplane: &dyn Backplane, name: &str) -> (NodeId, Arc<Recorder>) {
     (node, recorder)
 }
 
-/// Runs every check against fresh instances from `make`.
-pub fn run_all<B: Backplane + 'static>(make: impl Fn() -> Arc<B>) {
-    subscribed_nodes_receive_and_others_do_not(&*make());
-    one_delivery_per_node_for_many_channels(&*make());
-    node_channel_is_implicit(&*make());
-    unsubscribe_stops_delivery(&*make());
-    order_is_preserved_per_publisher(&*make());
-    detach_removes_subscriptions(&*make());
+/// Waits for the node's subscriptions to be live (from a thread outside any runtime).
+fn settle(backplane: &dyn Backplane, node: &NodeId) {
+    block_on(backplane.barrier(node));
 }
 
-pub fn subscribed_nodes_receive_and_others_do_not(backplane: &dyn Backplane) {
-    let (a, ra) = attach(backplane, "a");
-    let (_b, rb) = attach(backplane, "b");
+/// A minimal executor for barriers: the implementation's own tasks do the work.
+fn block_on(future: crate::Barrier) {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Thread(std::thread::Thread);
+    impl Wake for Thread {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Thread(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = future;
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        if let Poll::Ready(()) = future.as_mut().poll(&mut context) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "barrier did not resolve");
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
+type Pair = (Arc<dyn Backplane>, Arc<dyn Backplane>);
+
+/// Runs every check, across the pair and then on the first handle alone.
+pub fn run_all(make: impl Fn() -> Pair) {
+    let checks: [fn(&dyn Backplane, &dyn Backplane); 7] = [
+        subscribed_nodes_receive_and_others_do_not,
+        one_delivery_per_node_for_many_channels,
+        node_channel_is_implicit,
+        unsubscribe_stops_delivery,
+        order_is_preserved_per_publisher,
+        order_holds_across_channels,
+        detach_removes_subscriptions,
+    ];
+    for check in checks {
+        let (near, far) = make();
+        check(&*near, &*far);
+        let (near, _) = make();
+        check(&*near, &*near);
+    }
+}
+
+pub fn subscribed_nodes_receive_and_others_do_not(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
+    let (b, rb) = attach(far, "b");
     let channel = Channel::Group(hub(), group("g"));
-    backplane.subscribe(&a, &channel);
-    backplane.publish(std::slice::from_ref(&channel), numbered(1));
+    near.subscribe(&a, &channel);
+    settle(near, &a);
+    settle(far, &b);
+    far.publish(std::slice::from_ref(&channel), numbered(1));
     assert_eq!(ra.wait_for(1).len(), 1, "subscriber must receive");
     std::thread::sleep(Duration::from_millis(50));
     assert!(
@@ -85,52 +129,59 @@ pub fn subscribed_nodes_receive_and_others_do_not(backplane: &dyn Backplane) {
     );
 }
 
-pub fn one_delivery_per_node_for_many_channels(backplane: &dyn Backplane) {
-    let (a, ra) = attach(backplane, "a");
+pub fn one_delivery_per_node_for_many_channels(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
     let g1 = Channel::Group(hub(), group("g1"));
     let g2 = Channel::Group(hub(), group("g2"));
-    backplane.subscribe(&a, &g1);
-    backplane.subscribe(&a, &g2);
-    backplane.publish(&[g1, g2], numbered(1));
-    backplane.publish(&[Channel::Hub(hub())], numbered(2));
-    let _ = ra.wait_for(1);
+    near.subscribe(&a, &g1);
+    near.subscribe(&a, &g2);
+    settle(near, &a);
+    far.publish(&[g1, g2], numbered(1));
+    far.publish(&[Channel::Hub(hub())], numbered(2));
+    far.publish(&[Channel::Node(a.clone())], numbered(3));
+    ra.wait_for(2);
     std::thread::sleep(Duration::from_millis(50));
+    let got: Vec<_> = ra.received.lock().clone();
     assert_eq!(
-        ra.received.lock().len(),
-        1,
+        got,
+        vec![numbered(1), numbered(3)],
         "one delivery per node, none for unsubscribed channels"
     );
 }
 
-pub fn node_channel_is_implicit(backplane: &dyn Backplane) {
-    let (a, ra) = attach(backplane, "a");
-    let (_b, rb) = attach(backplane, "b");
-    backplane.publish(&[Channel::Node(a.clone())], numbered(1));
+pub fn node_channel_is_implicit(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
+    let (b, rb) = attach(far, "b");
+    settle(near, &a);
+    settle(far, &b);
+    far.publish(&[Channel::Node(a.clone())], numbered(1));
     assert_eq!(ra.wait_for(1).len(), 1);
-    backplane.publish(&[Channel::All], numbered(2));
+    far.publish(&[Channel::All], numbered(2));
     assert_eq!(ra.wait_for(2).len(), 2, "every node hears Channel::All");
     assert_eq!(rb.wait_for(1).len(), 1, "every node hears Channel::All");
 }
 
-pub fn unsubscribe_stops_delivery(backplane: &dyn Backplane) {
-    let (a, ra) = attach(backplane, "a");
+pub fn unsubscribe_stops_delivery(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
     let channel = Channel::Hub(hub());
-    backplane.subscribe(&a, &channel);
-    backplane.unsubscribe(&a, &channel);
-    backplane.publish(std::slice::from_ref(&channel), numbered(1));
-    backplane.publish(&[Channel::Node(a.clone())], numbered(2));
+    near.subscribe(&a, &channel);
+    near.unsubscribe(&a, &channel);
+    settle(near, &a);
+    far.publish(std::slice::from_ref(&channel), numbered(1));
+    far.publish(&[Channel::Node(a.clone())], numbered(2));
     let got = ra.wait_for(1);
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(got.len(), 1);
     assert_eq!(*got[0], *numbered(2));
 }
 
-pub fn order_is_preserved_per_publisher(backplane: &dyn Backplane) {
-    let (a, ra) = attach(backplane, "a");
+pub fn order_is_preserved_per_publisher(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
     let channel = Channel::Hub(hub());
-    backplane.subscribe(&a, &channel);
+    near.subscribe(&a, &channel);
+    settle(near, &a);
     for n in 0..500 {
-        backplane.publish(std::slice::from_ref(&channel), numbered(n));
+        far.publish(std::slice::from_ref(&channel), numbered(n));
     }
     let got = ra.wait_for(500);
     assert_eq!(got.len(), 500);
@@ -139,12 +190,34 @@ pub fn order_is_preserved_per_publisher(backplane: &dyn Backplane) {
     }
 }
 
-pub fn detach_removes_subscriptions(backplane: &dyn Backplane) {
-    let (a, ra) = attach(backplane, "a");
+/// One publisher, messages for different channels that one node hears: publish order.
+pub fn order_holds_across_channels(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
+    let channels = [
+        Channel::Hub(hub()),
+        Channel::Group(hub(), group("g")),
+        Channel::Node(a.clone()),
+    ];
+    near.subscribe(&a, &channels[0]);
+    near.subscribe(&a, &channels[1]);
+    settle(near, &a);
+    for n in 0..300 {
+        far.publish(std::slice::from_ref(&channels[n % 3]), numbered(n));
+    }
+    let got = ra.wait_for(300);
+    assert_eq!(got.len(), 300);
+    for (n, message) in got.iter().enumerate() {
+        assert_eq!(**message, *numbered(n), "message {n} out of order");
+    }
+}
+
+pub fn detach_removes_subscriptions(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
     let channel = Channel::Hub(hub());
-    backplane.subscribe(&a, &channel);
-    backplane.detach(&a);
-    backplane.publish(std::slice::from_ref(&channel), numbered(1));
-    std::thread::sleep(Duration::from_millis(50));
+    near.subscribe(&a, &channel);
+    settle(near, &a);
+    near.detach(&a);
+    far.publish(std::slice::from_ref(&channel), numbered(1));
+    std::thread::sleep(Duration::from_millis(100));
     assert!(ra.received.lock().is_empty());
 }

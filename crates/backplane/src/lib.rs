@@ -3,22 +3,30 @@
 //! # Layout
 //! - [`Backplane`]: subscribe a node to channels and publish messages addressed by channel.
 //! - [`MemoryBackplane`]: the in-process implementation (one node, or several in one process).
+//! - [`envelope`]: the wire form of a message between nodes (no I/O).
 //! - [`conformance`]: the behaviour every implementation must show; run it against each one.
 //!
 //! Rules every implementation keeps: a message published on several channels reaches each
 //! subscribed node once; messages from one publisher reach a node in publish order; publish
-//! never waits for a consumer.
+//! never waits for a consumer; after [`Backplane::barrier`], a node's subscriptions hear
+//! every later publish.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 pub mod conformance;
+pub mod envelope;
 mod memory;
 
 pub use memory::MemoryBackplane;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use switchyard_core::{Channel, Message};
+
+/// Resolves once every subscribe a node issued before asking is live.
+pub type Barrier = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// Identifies one service node within a cluster.
 pub type NodeId = String;
@@ -37,5 +45,12 @@ pub trait Backplane: Send + Sync {
     fn subscribe(&self, node: &NodeId, channel: &Channel);
     fn unsubscribe(&self, node: &NodeId, channel: &Channel);
     /// Delivers `message` once to every node subscribed to at least one of `channels`.
+    /// Never waits: nodes of this process get it before `publish` returns, other nodes
+    /// when the network delivers it.
     fn publish(&self, channels: &[Channel], message: Arc<Message>);
+    /// Resolves once the node's earlier subscribes are live everywhere, so a message
+    /// published by any node after that reaches it. Subscribing itself never waits.
+    fn barrier(&self, _node: &NodeId) -> Barrier {
+        Box::pin(std::future::ready(()))
+    }
 }

@@ -97,6 +97,10 @@ impl Backplane for MemoryBackplane {
 mod tests {
     #[test]
     fn memory_backplane_conforms() {
-        crate::conformance::run_all(|| std::sync::Arc::new(super::MemoryBackplane::new()));
+        crate::conformance::run_all(|| {
+            let backplane: std::sync::Arc<dyn crate::Backplane> =
+                std::sync::Arc::new(super::MemoryBackplane::new());
+            (backplane.clone(), backplane)
+        });
     }
 }

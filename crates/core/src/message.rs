@@ -89,8 +89,11 @@ pub enum Channel {
     User(HubName, UserId),
     /// Every node: commands whose effect outlives connections (user-group memberships).
     All,
-    /// One node's inbox: connection-addressed sends and commands go to the owning node.
+    /// One node's inbox.
     Node(String),
+    /// One connection, wherever it is: its owning node subscribes while it is connected, so
+    /// connection-addressed sends and commands reach it from any node.
+    Connection(ConnectionId),
 }
 
 impl Channel {
@@ -102,6 +105,7 @@ impl Channel {
             Channel::User(hub, user) => format!("u:{hub}:{user}"),
             Channel::All => "all".to_string(),
             Channel::Node(node) => format!("n:{node}"),
+            Channel::Connection(id) => format!("c:{id}"),
         }
     }
 }

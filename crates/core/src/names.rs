@@ -126,6 +126,21 @@ impl HubName {
         };
         Ok(HubName(key.into()))
     }
+
+    /// Rebuilds a name from its key (`{application}_{hub}`, lower case), as another node sent
+    /// it. The key must look like one `new` makes.
+    pub fn from_key(key: &str) -> Result<Self, NameError> {
+        if key.is_empty() || key.len() > 2 * MAX_HUB_LEN + 1 {
+            return Err(error("hub key", key, "must be 1 to 257 characters"));
+        }
+        if !key
+            .chars()
+            .all(|c| is_hub_char(c) && !c.is_ascii_uppercase())
+        {
+            return Err(error("hub key", key, "must be a lower-case hub key"));
+        }
+        Ok(HubName(key.into()))
+    }
 }
 
 impl GroupName {

@@ -119,6 +119,12 @@ impl Executor {
         &self.node_id
     }
 
+    /// Resolves once this node's subscriptions so far are live on the backplane: a message
+    /// any node publishes after that reaches them.
+    pub async fn barrier(&self) {
+        self.backplane.barrier(&self.node_id).await;
+    }
+
     pub fn router(&self) -> &Arc<Router> {
         &self.router
     }
@@ -298,9 +304,10 @@ impl Executor {
         self.backplane.publish(&channels, Arc::new(message));
     }
 
-    /// The node that owns a connection. One node today; a cluster will encode it in the id.
-    fn owner_of(&self, _connection: &ConnectionId) -> Channel {
-        Channel::Node(self.node_id.clone())
+    /// Where a connection's owner listens: the node holding a connection subscribes to its
+    /// channel, so any node can address it without knowing which node that is.
+    fn owner_of(&self, connection: &ConnectionId) -> Channel {
+        Channel::Connection(connection.clone())
     }
 
     fn channels_for(&self, hub: &HubName, target: &Target) -> Vec<Channel> {

@@ -105,6 +105,7 @@ impl Hub {
                     return false;
                 }
                 shard.insert(id.clone(), connection.clone());
+                self.interest.changed(Channel::Connection(id.clone()), true);
             }
             {
                 let mut count = self.connection_count.lock();
@@ -141,7 +142,12 @@ impl Hub {
         // makes a concurrent second removal a no-op.
         let mut own = connection.groups.lock();
         let groups = own.take()?;
-        self.connections.shard(id).write().remove(id);
+        {
+            let mut shard = self.connections.shard(id).write();
+            shard.remove(id);
+            self.interest
+                .changed(Channel::Connection(id.clone()), false);
+        }
         for group in &groups {
             self.unindex_group_member(group, id);
         }

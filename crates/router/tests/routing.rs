@@ -34,8 +34,16 @@ impl Interest for Recorder {
 }
 
 impl Recorder {
-    /// Events since the last call.
+    /// Events since the last call, except connection channels (one per connection, checked
+    /// by `interest_in_connection_channels`).
     fn take(&self) -> Vec<(Channel, bool)> {
+        let mut events = std::mem::take(&mut *self.events.lock());
+        events.retain(|(channel, _)| !matches!(channel, Channel::Connection(_)));
+        events
+    }
+
+    /// Every event since the last call.
+    fn take_all(&self) -> Vec<(Channel, bool)> {
         std::mem::take(&mut *self.events.lock())
     }
 
@@ -1264,6 +1272,23 @@ fn interest_in_the_hub_channel() {
         s.interest.take(),
         vec![(Channel::Hub(hub_name("other")), true)]
     );
+}
+
+/// A connection's own channel is wanted from the moment it is registered until it is
+/// removed, so connection-addressed messages reach its node from any node.
+#[test]
+fn interest_in_connection_channels() {
+    let s = setup();
+    let a = Channel::Connection(cid("a"));
+    connect(&s.hub, "a", None);
+    assert!(s.interest.take_all().contains(&(a.clone(), true)));
+    // Another connection's arrival says nothing about this one.
+    connect(&s.hub, "b", None);
+    assert!(!s.interest.take_all().iter().any(|(c, _)| *c == a));
+    s.hub.remove_connection(&cid("a"));
+    assert_eq!(s.interest.take_all(), vec![(a, false)]);
+    s.hub.remove_connection(&cid("a"));
+    assert!(s.interest.take_all().is_empty());
 }
 
 #[test]

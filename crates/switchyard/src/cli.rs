@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use switchyard_auth::{client_audience, TokenBuilder};
+use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
 use switchyard_node::{Node, ValidConfig};
 
 use crate::settings;
@@ -82,6 +83,13 @@ struct SettingsArgs {
     /// serverless [default: auto].
     #[arg(long)]
     mode: Option<String>,
+    /// Join a cluster through this Redis: redis://[user:password@]host:port or rediss://
+    /// (also SWITCHYARD_CLUSTER_REDIS) [default: none, one node].
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// This node's name in the cluster [default: generated].
+    #[arg(long)]
+    node_id: Option<String>,
     /// Browser origin allowed to call the service (CORS), e.g. https://app.example.com;
     /// repeatable; replaces cors.allowed_origins [default: any origin].
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
@@ -173,6 +181,8 @@ fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
         ("secondary_access_key", &args.secondary_access_key),
         ("public_endpoint", &args.public_endpoint),
         ("mode", &args.mode),
+        ("cluster.redis", &args.redis),
+        ("cluster.node_id", &args.node_id),
     ] {
         if let Some(value) = value {
             overrides.push((key.to_string(), value.clone()));
@@ -231,7 +241,26 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         let endpoint = config.endpoint(bound);
-        let node: Arc<Node> = Node::new(config.clone());
+        let node: Arc<Node> = match &config.cluster.redis {
+            None => Node::new(config.clone()),
+            Some(url) => {
+                let mut settings = RedisSettings::new(url.clone());
+                settings.prefix = config.cluster.prefix.clone();
+                let backplane = RedisBackplane::connect(settings)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let node_id = config
+                    .cluster
+                    .node_id
+                    .clone()
+                    .unwrap_or_else(|| format!("node-{:08x}", rand::random::<u32>()));
+                println!(
+                    "Cluster: node {node_id} on {}",
+                    switchyard_backplane_redis::redact(url)
+                );
+                Node::with_backplane(config.clone(), backplane, node_id)
+            }
+        };
         if config.development_mode() {
             println!(
                 "Development mode: no access key configured, using the Azure SignalR Emulator's \

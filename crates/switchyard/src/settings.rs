@@ -15,6 +15,8 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "secondary_access_key",
     "public_endpoint",
     "admin_listen",
+    "cluster.redis",
+    "cluster.node_id",
 ];
 
 /// Lists whose default is "unset" (a meaning of its own), so they do not appear in the

@@ -7,12 +7,14 @@
 //! - [`http`]: [`Http`], raw long-polling and Server-Sent Events requests.
 //! - [`app_server`]: [`AppServer`], raw service-protocol frames to `/server`.
 //! - [`raw_client`]: [`RawClient`], a raw WebSocket SignalR client; [`Msg`].
+//! - [`redis`]: [`RedisServer`], a real `redis-server` on a free port.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 pub mod app_server;
 pub mod http;
 pub mod raw_client;
+pub mod redis;
 pub mod server;
 pub mod wait;
 
@@ -24,5 +26,6 @@ pub use http::{Http, HANDSHAKE_JSON};
 pub use raw_client::{
     connect_client, decode_frame, default_mode, header, sticky_token, Msg, RawClient,
 };
+pub use redis::RedisServer;
 pub use server::TestServer;
 pub use wait::{eventually, now, within, WAIT};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
+use switchyard_backplane::Backplane;
 use switchyard_core::HubName;
 use switchyard_node::{Config, Node};
 use tokio::sync::oneshot;
@@ -25,9 +26,22 @@ impl TestServer {
     }
 
     pub async fn start_with(config: Config) -> TestServer {
+        Self::serve(Node::new(config.validate().unwrap())).await
+    }
+
+    /// A node of a cluster: its own backplane handle and name.
+    pub async fn start_on(config: Config, backplane: Arc<dyn Backplane>, name: &str) -> TestServer {
+        Self::serve(Node::with_backplane(
+            config.validate().unwrap(),
+            backplane,
+            name.to_string(),
+        ))
+        .await
+    }
+
+    async fn serve(node: Arc<Node>) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let node = Node::new(config.validate().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn({
             let node = node.clone();

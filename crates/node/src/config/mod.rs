@@ -48,6 +48,63 @@ pub struct Config {
     pub cors: Cors,
     /// Serverless upstream webhooks (only in the file: `[[upstream.templates]]`).
     pub upstream: Upstream,
+    /// Several nodes sharing routing through Redis. See [`Cluster`].
+    pub cluster: Cluster,
+}
+
+/// A cluster of equal nodes that share routing through Redis. Without `redis` the node is
+/// alone (the in-memory backplane) and the other settings are ignored.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Cluster {
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS. Unset: one node.
+    pub redis: Option<String>,
+    /// This node's name in the cluster: letters, digits, `-`, `_`, `.`; at most 64.
+    /// Default: generated at start.
+    pub node_id: Option<String>,
+    /// Prefix of every Redis channel name, so several clusters can share one Redis.
+    pub prefix: String,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            redis: None,
+            node_id: None,
+            prefix: "sy".into(),
+        }
+    }
+}
+
+impl Cluster {
+    fn validate(&self) -> Result<(), String> {
+        let name_ok = |name: &str| {
+            !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if let Some(id) = &self.node_id {
+            if !name_ok(id) {
+                return Err(format!(
+                    "cluster.node_id {id:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+                ));
+            }
+        }
+        if !name_ok(&self.prefix) {
+            return Err(format!(
+                "cluster.prefix {:?} must be 1 to 64 letters, digits, '-', '_' or '.'",
+                self.prefix
+            ));
+        }
+        if let Some(url) = &self.redis {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err("cluster.redis must be a redis:// or rediss:// URL".to_string());
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether client traffic goes to app servers (Azure's Default mode) or stays in the service
@@ -241,6 +298,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             cors: Cors::default(),
             upstream: Upstream::default(),
+            cluster: Cluster::default(),
         }
     }
 }
@@ -330,6 +388,7 @@ impl Config {
     }
 
     fn check(&self) -> Result<Templates, ConfigError> {
+        self.cluster.validate().map_err(ConfigError::Invalid)?;
         if self.development_mode() && !self.listen.ip().is_loopback() {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on non-loopback address {} in development mode (no access key \

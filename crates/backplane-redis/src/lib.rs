@@ -1,0 +1,211 @@
+//! The Redis backplane: the nodes of a cluster publish [`Message`]s on Redis pub/sub channels
+//! and subscribe to the channels they have local members for.
+//!
+//! # Layout
+//! - [`RedisBackplane`]: one per process. It delivers to its own attached nodes directly
+//!   (local first, no Redis round trip) and publishes for the others.
+//! - `shared`: settings, counters and the Redis client the parts share.
+//! - `subscriber`: one Redis connection per attached node, its subscriptions and its reader.
+//! - `publisher`: one ordered task and connection that pipelines publishes.
+//!
+//! Order: a process's publishes go out on one connection in the order they were made, and each
+//! node reads one subscriber connection, so one publisher's messages reach a node in order.
+//! A message published on several channels is encoded once; receivers drop the extra copies
+//! (they arrive back to back on the subscriber connection) and their own echoes.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+mod publisher;
+mod shared;
+mod subscriber;
+
+pub use shared::{RedisBackplaneError, RedisSettings, Stats};
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use redis::{IntoConnectionInfo, ProtocolVersion};
+use switchyard_backplane::envelope::{self, Stamp};
+use switchyard_backplane::{Backplane, Barrier, NodeId, Sink};
+use switchyard_core::{Channel, Message};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use crate::publisher::Outgoing;
+use crate::shared::Shared;
+use crate::subscriber::Command;
+
+pub struct RedisBackplane {
+    shared: Arc<Shared>,
+    publisher: mpsc::UnboundedSender<Outgoing>,
+    nodes: RwLock<HashMap<NodeId, LocalNode>>,
+    runtime: Handle,
+}
+
+struct LocalNode {
+    sink: Arc<dyn Sink>,
+    /// Cleared on detach, so the reader stops delivering before the connection is gone.
+    live: Arc<AtomicBool>,
+    channels: HashSet<Channel>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl RedisBackplane {
+    /// Connects to Redis (and fails if it cannot) and starts the publisher. Must run inside a
+    /// tokio runtime; the backplane's tasks run on it.
+    pub async fn connect(settings: RedisSettings) -> Result<Arc<Self>, RedisBackplaneError> {
+        let url_error = |reason: String| RedisBackplaneError::Url {
+            url: redact(&settings.url),
+            reason,
+        };
+        let info = settings
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| url_error(e.to_string()))?;
+        // RESP3 delivers pub/sub messages as pushes on an ordinary multiplexed connection.
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(resp3))
+            .map_err(|e| url_error(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            settings,
+            client,
+            origin: rand::random(),
+            seq: AtomicU64::new(0),
+            stats: Stats::default(),
+        });
+        let connection =
+            publisher::connect(&shared)
+                .await
+                .map_err(|e| RedisBackplaneError::Connect {
+                    url: redact(&shared.settings.url),
+                    reason: e.to_string(),
+                })?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(publisher::run(shared.clone(), connection, rx));
+        Ok(Arc::new(RedisBackplane {
+            shared,
+            publisher: tx,
+            nodes: RwLock::new(HashMap::new()),
+            runtime: Handle::current(),
+        }))
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    fn name(&self, channel: &Channel) -> String {
+        envelope::channel_name(&self.shared.settings.prefix, channel)
+    }
+
+    fn command(&self, node: &NodeId, command: Command) {
+        if let Some(local) = self.nodes.read().get(node) {
+            let _ = local.commands.send(command);
+        }
+    }
+}
+
+impl Backplane for RedisBackplane {
+    fn attach(&self, node: &NodeId, sink: Arc<dyn Sink>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let implicit = [Channel::Node(node.clone()), Channel::All];
+        for channel in &implicit {
+            let _ = tx.send(Command::Subscribe(self.name(channel)));
+        }
+        let live = Arc::new(AtomicBool::new(true));
+        self.runtime.spawn(subscriber::run(
+            self.shared.clone(),
+            node.clone(),
+            Arc::downgrade(&sink),
+            live.clone(),
+            rx,
+        ));
+        let previous = self.nodes.write().insert(
+            node.clone(),
+            LocalNode {
+                sink,
+                live,
+                channels: implicit.into_iter().collect(),
+                commands: tx,
+            },
+        );
+        if let Some(previous) = previous {
+            previous.live.store(false, Ordering::Release);
+        }
+    }
+
+    fn detach(&self, node: &NodeId) {
+        // Dropping the command sender ends the subscriber task and its connection, and
+        // with it every subscription.
+        if let Some(local) = self.nodes.write().remove(node) {
+            local.live.store(false, Ordering::Release);
+        }
+    }
+
+    fn subscribe(&self, node: &NodeId, channel: &Channel) {
+        let name = self.name(channel);
+        let mut nodes = self.nodes.write();
+        if let Some(local) = nodes.get_mut(node) {
+            if local.channels.insert(channel.clone()) {
+                let _ = local.commands.send(Command::Subscribe(name));
+            }
+        }
+    }
+
+    fn unsubscribe(&self, node: &NodeId, channel: &Channel) {
+        let name = self.name(channel);
+        let mut nodes = self.nodes.write();
+        if let Some(local) = nodes.get_mut(node) {
+            if local.channels.remove(channel) {
+                let _ = local.commands.send(Command::Unsubscribe(name));
+            }
+        }
+    }
+
+    fn publish(&self, channels: &[Channel], message: Arc<Message>) {
+        // Local nodes first, synchronously: no Redis round trip, and their copy from Redis
+        // is dropped as an echo.
+        let local: Vec<Arc<dyn Sink>> = self
+            .nodes
+            .read()
+            .values()
+            .filter(|n| channels.iter().any(|c| n.channels.contains(c)))
+            .map(|n| n.sink.clone())
+            .collect();
+        for sink in local {
+            sink.receive(&message);
+        }
+        let stamp = Stamp {
+            origin: self.shared.origin,
+            seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
+        };
+        let bytes = envelope::encode(stamp, &message);
+        let names = channels.iter().map(|c| self.name(c)).collect();
+        let _ = self.publisher.send(Outgoing { names, bytes });
+    }
+
+    fn barrier(&self, node: &NodeId) -> Barrier {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.command(node, Command::Barrier(tx));
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+/// The URL without its password, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,63 @@
+//! What the backplane's parts share: settings, counters, the Redis client. A leaf module.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Settings of a Redis backplane.
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS.
+    pub url: String,
+    /// Prefix of every channel name, so several clusters can share one Redis.
+    pub prefix: String,
+    /// How long a Redis command may take before it counts as failed. A Redis pause shorter
+    /// than this loses nothing.
+    pub response_timeout: Duration,
+}
+
+impl RedisSettings {
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            prefix: "sy".into(),
+            response_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RedisBackplaneError {
+    #[error("redis URL {url:?} is not valid: {reason}")]
+    Url { url: String, reason: String },
+    #[error("cannot reach redis at {url}: {reason}")]
+    Connect { url: String, reason: String },
+}
+
+/// What the backplane did, for metrics.
+#[derive(Default, Debug)]
+pub struct Stats {
+    /// Envelopes handed to Redis (one per message, whatever its channel count).
+    pub published: AtomicU64,
+    /// Envelopes that Redis did not accept (connection lost, timeout): they are lost.
+    pub publish_errors: AtomicU64,
+    /// Envelopes received from other processes and applied.
+    pub received: AtomicU64,
+    /// Received payloads that did not decode: counted and dropped.
+    pub decode_errors: AtomicU64,
+    /// Subscribe or unsubscribe commands that failed (retried).
+    pub subscribe_errors: AtomicU64,
+}
+
+/// What the publisher and the subscribers share.
+pub(crate) struct Shared {
+    pub(crate) settings: RedisSettings,
+    pub(crate) client: redis::Client,
+    /// Names this process's envelopes; random per start, so a restarted node is new.
+    pub(crate) origin: u64,
+    pub(crate) seq: AtomicU64,
+    pub(crate) stats: Stats,
+}
+
+pub(crate) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}

@@ -1,0 +1,74 @@
+//! The backplane conformance suite against a real `redis-server`: two backplane instances
+//! (two "processes") share it, each check on a fresh channel prefix.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use switchyard_backplane::{conformance, Backplane};
+use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
+use switchyard_testkit::RedisServer;
+
+#[test]
+fn redis_backplane_conforms() {
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let round = AtomicUsize::new(0);
+    conformance::run_all(|| {
+        let mut settings = RedisSettings::new(redis.url());
+        settings.prefix = format!("t{}", round.fetch_add(1, Ordering::Relaxed));
+        let near: Arc<dyn Backplane> = runtime
+            .block_on(RedisBackplane::connect(settings.clone()))
+            .unwrap();
+        let far: Arc<dyn Backplane> = runtime.block_on(RedisBackplane::connect(settings)).unwrap();
+        (near, far)
+    });
+}
+
+#[test]
+fn bad_urls_and_unreachable_redis_are_clear_errors() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let error = runtime
+        .block_on(RedisBackplane::connect(RedisSettings::new("http://x")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("not valid"), "{error}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = runtime
+        .block_on(RedisBackplane::connect(RedisSettings::new(format!(
+            "redis://:secret@127.0.0.1:{port}"
+        ))))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("cannot reach redis"), "{error}");
+    assert!(!error.contains("secret"), "password leaked: {error}");
+}
+
+#[test]
+fn undecodable_messages_are_counted_and_dropped() {
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backplane = runtime
+        .block_on(RedisBackplane::connect(RedisSettings::new(redis.url())))
+        .unwrap();
+    struct Nothing;
+    impl switchyard_backplane::Sink for Nothing {
+        fn receive(&self, _: &Arc<switchyard_core::Message>) {
+            panic!("garbage was delivered")
+        }
+    }
+    let node = "n1".to_string();
+    backplane.attach(&node, Arc::new(Nothing));
+    runtime.block_on(backplane.barrier(&node));
+    assert_eq!(redis.cli(&["PUBLISH", "sy:all", "garbage"]), "1");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while backplane.stats().decode_errors.load(Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "not counted");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

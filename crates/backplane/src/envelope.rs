@@ -1,0 +1,633 @@
+//! The wire form of a [`Message`] between nodes: encoded once by the publisher, published on
+//! every target channel, decoded by each receiving node. No I/O.
+//!
+//! An envelope is a MessagePack array:
+//! `[version, origin, seq, kind, hub, ...fields of the kind]`. `origin` names the publishing
+//! backplane instance (random per process start), `seq` counts its publishes, so a receiver
+//! can drop its own echoes and the copies of a message published on several channels.
+//! Payload bytes are binary fields; decoding slices them out of the received buffer without
+//! copying.
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use rmp::Marker;
+use switchyard_core::{
+    Channel, CloseReason, ConnectionId, GroupName, HubName, Message, NameError, Payloads, Protocol,
+    Target, UserId,
+};
+
+const VERSION: u8 = 1;
+
+/// Where a decoded envelope came from, and its place in that publisher's sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    pub origin: u64,
+    pub seq: u64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EnvelopeError {
+    #[error("envelope ends early")]
+    Truncated,
+    #[error("envelope version {0} is not supported (this node speaks {VERSION})")]
+    Version(u64),
+    #[error("unexpected MessagePack type at byte {0}")]
+    Type(usize),
+    #[error("unknown {what} tag {tag}")]
+    Tag { what: &'static str, tag: u64 },
+    #[error("text is not UTF-8")]
+    Utf8,
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error("message kind {kind} with {len} fields")]
+    Fields { kind: u64, len: usize },
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+}
+
+/// Encodes `message` stamped with its publisher and sequence number.
+pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
+    let mut out = BytesMut::with_capacity(64 + payload_len(message)).writer();
+    let w = &mut out;
+    let fields = match message {
+        Message::Send { .. } => 2,
+        Message::AddToGroup { .. }
+        | Message::RemoveFromGroup { .. }
+        | Message::UserJoinGroup { .. }
+        | Message::UserLeaveGroup { .. } => 2,
+        Message::Close { .. } => 3,
+    };
+    let ttl_field = usize::from(matches!(message, Message::UserJoinGroup { .. }));
+    write_array(w, 5 + fields + ttl_field);
+    write_uint(w, VERSION as u64);
+    write_uint(w, stamp.origin);
+    write_uint(w, stamp.seq);
+    match message {
+        Message::Send {
+            hub,
+            target,
+            payloads,
+        } => {
+            write_uint(w, 0);
+            write_str(w, hub.as_str());
+            write_target(w, target);
+            write_array(w, payloads.iter().count() * 2);
+            for (protocol, bytes) in payloads.iter() {
+                write_str(w, protocol.name());
+                rmp::encode::write_bin(w, bytes).expect("writing to memory");
+            }
+        }
+        Message::AddToGroup {
+            hub,
+            connection,
+            group,
+        } => {
+            write_uint(w, 1);
+            write_str(w, hub.as_str());
+            write_str(w, connection.as_str());
+            write_str(w, group.as_str());
+        }
+        Message::RemoveFromGroup {
+            hub,
+            connection,
+            group,
+        } => {
+            write_uint(w, 2);
+            write_str(w, hub.as_str());
+            write_str(w, connection.as_str());
+            write_opt_str(w, group.as_ref().map(|g| g.as_str()));
+        }
+        Message::UserJoinGroup {
+            hub,
+            user,
+            group,
+            ttl,
+        } => {
+            write_uint(w, 3);
+            write_str(w, hub.as_str());
+            write_str(w, user.as_str());
+            write_str(w, group.as_str());
+            match ttl {
+                Some(ttl) => write_uint(w, ttl.as_millis().min(u64::MAX as u128) as u64),
+                None => rmp::encode::write_nil(w).expect("writing to memory"),
+            }
+        }
+        Message::UserLeaveGroup { hub, user, group } => {
+            write_uint(w, 4);
+            write_str(w, hub.as_str());
+            write_str(w, user.as_str());
+            write_opt_str(w, group.as_ref().map(|g| g.as_str()));
+        }
+        Message::Close {
+            hub,
+            target,
+            excluded,
+            reason,
+        } => {
+            write_uint(w, 5);
+            write_str(w, hub.as_str());
+            write_target(w, target);
+            write_ids(w, excluded.iter().map(|c| c.as_str()));
+            // Only closes asked for by a caller cross nodes; anything else travels as
+            // service shutdown, the other reason a node closes connections it does not own.
+            match reason {
+                CloseReason::ClosedByApi(text) => {
+                    write_array(w, 2);
+                    write_uint(w, 0);
+                    write_opt_str(w, text.as_deref());
+                }
+                _ => {
+                    write_array(w, 1);
+                    write_uint(w, 1);
+                }
+            }
+        }
+    }
+    out.into_inner().freeze()
+}
+
+/// Decodes an envelope; payloads share `input`'s buffer.
+pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
+    let mut r = Reader { input, pos: 0 };
+    let len = r.array()?;
+    if len < 5 {
+        return Err(EnvelopeError::Truncated);
+    }
+    let version = r.uint()?;
+    if version != VERSION as u64 {
+        return Err(EnvelopeError::Version(version));
+    }
+    let stamp = Stamp {
+        origin: r.uint()?,
+        seq: r.uint()?,
+    };
+    let kind = r.uint()?;
+    let hub = HubName::from_key(r.str()?)?;
+    let expect = |n: usize| {
+        if len == n {
+            Ok(())
+        } else {
+            Err(EnvelopeError::Fields { kind, len })
+        }
+    };
+    let message = match kind {
+        0 => {
+            expect(7)?;
+            let target = r.target()?;
+            let count = r.array()?;
+            if count % 2 != 0 {
+                return Err(EnvelopeError::Type(r.pos));
+            }
+            let mut payloads = Payloads::new();
+            for _ in 0..count / 2 {
+                let protocol = Protocol::from_name(r.str()?);
+                payloads.insert(protocol, r.bin()?);
+            }
+            Message::Send {
+                hub,
+                target,
+                payloads,
+            }
+        }
+        1 => {
+            expect(7)?;
+            Message::AddToGroup {
+                hub,
+                connection: ConnectionId::new(r.str()?)?,
+                group: GroupName::new(r.str()?)?,
+            }
+        }
+        2 => {
+            expect(7)?;
+            Message::RemoveFromGroup {
+                hub,
+                connection: ConnectionId::new(r.str()?)?,
+                group: r.opt_str()?.map(GroupName::new).transpose()?,
+            }
+        }
+        3 => {
+            expect(8)?;
+            Message::UserJoinGroup {
+                hub,
+                user: UserId::new(r.str()?)?,
+                group: GroupName::new(r.str()?)?,
+                ttl: if r.nil()? {
+                    None
+                } else {
+                    Some(Duration::from_millis(r.uint()?))
+                },
+            }
+        }
+        4 => {
+            expect(7)?;
+            Message::UserLeaveGroup {
+                hub,
+                user: UserId::new(r.str()?)?,
+                group: r.opt_str()?.map(GroupName::new).transpose()?,
+            }
+        }
+        5 => {
+            expect(8)?;
+            let target = r.target()?;
+            let excluded = r.ids(ConnectionId::new)?;
+            let reason = match (r.array()?, r.uint()?) {
+                (2, 0) => CloseReason::ClosedByApi(r.opt_str()?.map(str::to_string)),
+                (1, 1) => CloseReason::ServiceShutdown,
+                (_, tag) => {
+                    return Err(EnvelopeError::Tag {
+                        what: "close reason",
+                        tag,
+                    })
+                }
+            };
+            Message::Close {
+                hub,
+                target,
+                excluded,
+                reason,
+            }
+        }
+        tag => {
+            return Err(EnvelopeError::Tag {
+                what: "message kind",
+                tag,
+            })
+        }
+    };
+    if r.pos != input.len() {
+        return Err(EnvelopeError::Trailing(input.len() - r.pos));
+    }
+    Ok((stamp, message))
+}
+
+/// The channel name a networked backplane uses for `channel` under `prefix`.
+pub fn channel_name(prefix: &str, channel: &Channel) -> String {
+    format!("{prefix}:{}", channel.key())
+}
+
+fn payload_len(message: &Message) -> usize {
+    match message {
+        Message::Send { payloads, .. } => payloads.total_len() + 16,
+        _ => 0,
+    }
+}
+
+type W = bytes::buf::Writer<BytesMut>;
+
+fn write_array(w: &mut W, len: usize) {
+    rmp::encode::write_array_len(w, len as u32).expect("writing to memory");
+}
+
+fn write_uint(w: &mut W, value: u64) {
+    rmp::encode::write_uint(w, value).expect("writing to memory");
+}
+
+fn write_str(w: &mut W, value: &str) {
+    rmp::encode::write_str(w, value).expect("writing to memory");
+}
+
+fn write_opt_str(w: &mut W, value: Option<&str>) {
+    match value {
+        Some(v) => write_str(w, v),
+        None => rmp::encode::write_nil(w).expect("writing to memory"),
+    }
+}
+
+fn write_ids<'a>(w: &mut W, ids: impl ExactSizeIterator<Item = &'a str>) {
+    write_array(w, ids.len());
+    for id in ids {
+        write_str(w, id);
+    }
+}
+
+fn write_target(w: &mut W, target: &Target) {
+    match target {
+        Target::All { excluded } => {
+            write_array(w, 2);
+            write_uint(w, 0);
+            write_ids(w, excluded.iter().map(|c| c.as_str()));
+        }
+        Target::Connection(id) => {
+            write_array(w, 2);
+            write_uint(w, 1);
+            write_str(w, id.as_str());
+        }
+        Target::Connections(ids) => {
+            write_array(w, 2);
+            write_uint(w, 2);
+            write_ids(w, ids.iter().map(|c| c.as_str()));
+        }
+        Target::User(user) => {
+            write_array(w, 2);
+            write_uint(w, 3);
+            write_str(w, user.as_str());
+        }
+        Target::Users(users) => {
+            write_array(w, 2);
+            write_uint(w, 4);
+            write_ids(w, users.iter().map(|u| u.as_str()));
+        }
+        Target::Group {
+            group,
+            excluded,
+            excluded_users,
+        } => {
+            write_array(w, 4);
+            write_uint(w, 5);
+            write_str(w, group.as_str());
+            write_ids(w, excluded.iter().map(|c| c.as_str()));
+            write_ids(w, excluded_users.iter().map(|u| u.as_str()));
+        }
+        Target::Groups(groups) => {
+            write_array(w, 2);
+            write_uint(w, 6);
+            write_ids(w, groups.iter().map(|g| g.as_str()));
+        }
+    }
+}
+
+struct Reader<'a> {
+    input: &'a Bytes,
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn rest(&self) -> &'a [u8] {
+        &self.input[self.pos..]
+    }
+
+    fn marker(&mut self) -> Result<Marker, EnvelopeError> {
+        let byte = *self.rest().first().ok_or(EnvelopeError::Truncated)?;
+        self.pos += 1;
+        Ok(Marker::from_u8(byte))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], EnvelopeError> {
+        let rest = self.rest();
+        if rest.len() < n {
+            return Err(EnvelopeError::Truncated);
+        }
+        self.pos += n;
+        Ok(&rest[..n])
+    }
+
+    fn be(&mut self, n: usize) -> Result<u64, EnvelopeError> {
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+    }
+
+    fn type_error(&self) -> EnvelopeError {
+        EnvelopeError::Type(self.pos.saturating_sub(1))
+    }
+
+    fn uint(&mut self) -> Result<u64, EnvelopeError> {
+        match self.marker()? {
+            Marker::FixPos(n) => Ok(u64::from(n)),
+            Marker::U8 => self.be(1),
+            Marker::U16 => self.be(2),
+            Marker::U32 => self.be(4),
+            Marker::U64 => self.be(8),
+            _ => Err(self.type_error()),
+        }
+    }
+
+    fn array(&mut self) -> Result<usize, EnvelopeError> {
+        let len = match self.marker()? {
+            Marker::FixArray(n) => usize::from(n),
+            Marker::Array16 => self.be(2)? as usize,
+            Marker::Array32 => self.be(4)? as usize,
+            _ => return Err(self.type_error()),
+        };
+        // Every element takes at least a byte: a length past the input is a lie.
+        if len > self.rest().len() {
+            return Err(EnvelopeError::Truncated);
+        }
+        Ok(len)
+    }
+
+    fn nil(&mut self) -> Result<bool, EnvelopeError> {
+        if self.rest().first() == Some(&0xc0) {
+            self.pos += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn str(&mut self) -> Result<&'a str, EnvelopeError> {
+        let len = match self.marker()? {
+            Marker::FixStr(n) => usize::from(n),
+            Marker::Str8 => self.be(1)? as usize,
+            Marker::Str16 => self.be(2)? as usize,
+            Marker::Str32 => self.be(4)? as usize,
+            _ => return Err(self.type_error()),
+        };
+        std::str::from_utf8(self.take(len)?).map_err(|_| EnvelopeError::Utf8)
+    }
+
+    fn opt_str(&mut self) -> Result<Option<&'a str>, EnvelopeError> {
+        if self.nil()? {
+            return Ok(None);
+        }
+        self.str().map(Some)
+    }
+
+    fn bin(&mut self) -> Result<Bytes, EnvelopeError> {
+        let len = match self.marker()? {
+            Marker::Bin8 => self.be(1)? as usize,
+            Marker::Bin16 => self.be(2)? as usize,
+            Marker::Bin32 => self.be(4)? as usize,
+            _ => return Err(self.type_error()),
+        };
+        let start = self.pos;
+        self.take(len)?;
+        Ok(self.input.slice(start..start + len))
+    }
+
+    fn ids<T>(
+        &mut self,
+        make: impl Fn(&str) -> Result<T, NameError>,
+    ) -> Result<Vec<T>, EnvelopeError> {
+        let len = self.array()?;
+        let mut out = Vec::with_capacity(len);
+        for _ in 0..len {
+            out.push(make(self.str()?)?);
+        }
+        Ok(out)
+    }
+
+    fn target(&mut self) -> Result<Target, EnvelopeError> {
+        let len = self.array()?;
+        let tag = self.uint()?;
+        let want = if tag == 5 { 4 } else { 2 };
+        if len != want {
+            return Err(self.type_error());
+        }
+        Ok(match tag {
+            0 => Target::All {
+                excluded: self.ids(ConnectionId::new)?,
+            },
+            1 => Target::Connection(ConnectionId::new(self.str()?)?),
+            2 => Target::Connections(self.ids(ConnectionId::new)?),
+            3 => Target::User(UserId::new(self.str()?)?),
+            4 => Target::Users(self.ids(UserId::new)?),
+            5 => Target::Group {
+                group: GroupName::new(self.str()?)?,
+                excluded: self.ids(ConnectionId::new)?,
+                excluded_users: self.ids(UserId::new)?,
+            },
+            6 => Target::Groups(self.ids(GroupName::new)?),
+            tag => {
+                return Err(EnvelopeError::Tag {
+                    what: "target",
+                    tag,
+                })
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub() -> HubName {
+        HubName::new("Chat", Some("App")).unwrap()
+    }
+
+    fn c(id: &str) -> ConnectionId {
+        ConnectionId::new(id).unwrap()
+    }
+
+    fn samples() -> Vec<Message> {
+        let payloads = Payloads::new()
+            .with(Protocol::Json, Bytes::from_static(b"{\"type\":1}\x1e"))
+            .with(Protocol::MessagePack, Bytes::from(vec![7u8; 300]))
+            .with(
+                Protocol::from_name("blazorpack"),
+                Bytes::from_static(b"\x01"),
+            );
+        let targets = [
+            Target::All {
+                excluded: vec![c("x"), c("y")],
+            },
+            Target::Connection(c("conn-1")),
+            Target::Connections(vec![c("a"), c("b")]),
+            Target::User(UserId::new("ü user").unwrap()),
+            Target::Users(vec![]),
+            Target::Group {
+                group: GroupName::new("g:{1}").unwrap(),
+                excluded: vec![c("z")],
+                excluded_users: vec![UserId::new("u").unwrap()],
+            },
+            Target::Groups(vec![GroupName::new("g1").unwrap()]),
+        ];
+        let mut out: Vec<Message> = targets
+            .iter()
+            .map(|t| Message::Send {
+                hub: hub(),
+                target: t.clone(),
+                payloads: payloads.clone(),
+            })
+            .collect();
+        out.extend([
+            Message::AddToGroup {
+                hub: hub(),
+                connection: c("c"),
+                group: GroupName::new("g").unwrap(),
+            },
+            Message::RemoveFromGroup {
+                hub: hub(),
+                connection: c("c"),
+                group: None,
+            },
+            Message::UserJoinGroup {
+                hub: hub(),
+                user: UserId::new("u").unwrap(),
+                group: GroupName::new("g").unwrap(),
+                ttl: Some(Duration::from_millis(1500)),
+            },
+            Message::UserJoinGroup {
+                hub: hub(),
+                user: UserId::new("u").unwrap(),
+                group: GroupName::new("g").unwrap(),
+                ttl: None,
+            },
+            Message::UserLeaveGroup {
+                hub: hub(),
+                user: UserId::new("u").unwrap(),
+                group: Some(GroupName::new("g").unwrap()),
+            },
+            Message::Close {
+                hub: hub(),
+                target: Target::User(UserId::new("u").unwrap()),
+                excluded: vec![c("keep")],
+                reason: CloseReason::ClosedByApi(Some("bye".into())),
+            },
+            Message::Close {
+                hub: hub(),
+                target: Target::All { excluded: vec![] },
+                excluded: vec![],
+                reason: CloseReason::ClosedByApi(None),
+            },
+        ]);
+        out
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for (n, message) in samples().into_iter().enumerate() {
+            let stamp = Stamp {
+                origin: u64::MAX - n as u64,
+                seq: n as u64 * 1_000_003,
+            };
+            let bytes = encode(stamp, &message);
+            assert_eq!(decode(&bytes), Ok((stamp, message)), "sample {n}");
+        }
+    }
+
+    #[test]
+    fn payloads_are_not_copied() {
+        let message = &samples()[0];
+        let bytes = encode(Stamp { origin: 1, seq: 2 }, message);
+        let (_, Message::Send { payloads, .. }) = decode(&bytes).unwrap() else {
+            panic!("not a send")
+        };
+        let json = payloads.get(&Protocol::Json).unwrap();
+        let inside = bytes.as_ptr_range();
+        assert!(inside.contains(&json.as_ptr()), "payload was copied");
+    }
+
+    #[test]
+    fn every_truncation_and_bad_byte_is_an_error_not_a_panic() {
+        for message in samples() {
+            let bytes = encode(Stamp { origin: 9, seq: 9 }, &message);
+            for cut in 0..bytes.len() {
+                assert!(decode(&bytes.slice(..cut)).is_err(), "cut at {cut}");
+            }
+            for at in 0..bytes.len() {
+                let mut bad = bytes.to_vec();
+                bad[at] ^= 0xff;
+                let _ = decode(&Bytes::from(bad));
+            }
+        }
+        assert_eq!(
+            decode(&Bytes::from_static(&[0x95, 2, 0, 0, 0, 0xa1, b'h'])),
+            Err(EnvelopeError::Version(2))
+        );
+    }
+
+    #[test]
+    fn other_close_reasons_travel_as_shutdown() {
+        let message = Message::Close {
+            hub: hub(),
+            target: Target::All { excluded: vec![] },
+            excluded: vec![],
+            reason: CloseReason::ServiceShutdown,
+        };
+        let bytes = encode(Stamp { origin: 1, seq: 1 }, &message);
+        assert_eq!(decode(&bytes).unwrap().1, message);
+    }
+}
