@@ -1,5 +1,10 @@
 //! In-process backplane: subscriptions in a map, publish calls each node's sink directly.
 //! Delivery is synchronous, so per-publisher order holds trivially.
+//!
+//! Connection channels are not tracked: there is one per connection, and a map entry each
+//! would cost every connection of a single node memory for nothing. A message on a connection
+//! channel goes to every node of the process instead; a node's router ignores connections it
+//! does not hold.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -54,6 +59,9 @@ impl Backplane for MemoryBackplane {
     }
 
     fn subscribe(&self, node: &NodeId, channel: &Channel) {
+        if matches!(channel, Channel::Connection(_)) {
+            return;
+        }
         self.state
             .write()
             .subscribers
@@ -63,6 +71,9 @@ impl Backplane for MemoryBackplane {
     }
 
     fn unsubscribe(&self, node: &NodeId, channel: &Channel) {
+        if matches!(channel, Channel::Connection(_)) {
+            return;
+        }
         let mut state = self.state.write();
         if let Some(nodes) = state.subscribers.get_mut(channel) {
             nodes.remove(node);
@@ -78,7 +89,9 @@ impl Backplane for MemoryBackplane {
             let state = self.state.read();
             let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
             for channel in channels {
-                if let Some(subscribed) = state.subscribers.get(channel) {
+                if matches!(channel, Channel::Connection(_)) {
+                    nodes.extend(state.sinks.keys());
+                } else if let Some(subscribed) = state.subscribers.get(channel) {
                     nodes.extend(subscribed.iter());
                 }
             }
@@ -95,6 +108,45 @@ impl Backplane for MemoryBackplane {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+    use switchyard_core::{Channel, ConnectionId, Message, Target};
+
+    use crate::{Backplane, Sink};
+
+    #[derive(Default)]
+    struct Count(Mutex<usize>);
+
+    impl Sink for Count {
+        fn receive(&self, _: &Arc<Message>) {
+            *self.0.lock() += 1;
+        }
+    }
+
+    /// Connection channels cost no state, and still reach the node holding the connection.
+    #[test]
+    fn connection_channels_are_not_tracked() {
+        let backplane = super::MemoryBackplane::new();
+        let sink = Arc::new(Count::default());
+        let node = "a".to_string();
+        backplane.attach(&node, sink.clone());
+        let before = backplane.channel_count();
+        let channel = Channel::Connection(ConnectionId::new("c1").unwrap());
+        backplane.subscribe(&node, &channel);
+        assert_eq!(backplane.channel_count(), before);
+        let message = Message::Close {
+            hub: switchyard_core::HubName::new("h", None).unwrap(),
+            target: Target::Connection(ConnectionId::new("c1").unwrap()),
+            excluded: vec![],
+            reason: switchyard_core::CloseReason::ClosedByApi(None),
+        };
+        backplane.publish(std::slice::from_ref(&channel), Arc::new(message));
+        assert_eq!(*sink.0.lock(), 1);
+        backplane.unsubscribe(&node, &channel);
+        assert_eq!(backplane.channel_count(), before);
+    }
+
     #[test]
     fn memory_backplane_conforms() {
         crate::conformance::run_all(|| {
