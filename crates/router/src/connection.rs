@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use switchyard_core::{CloseReason, ConnectionId, GroupName, Protocol, UserId};
 use tokio::sync::Notify;
 
@@ -124,13 +124,7 @@ impl Outbound {
             self.ready.notify_one();
             return false;
         }
-        let was_empty = state.frames.is_empty();
-        state.frames.push(frame);
-        state.pending_bytes = pending;
-        drop(state);
-        if was_empty {
-            self.ready.notify_one();
-        }
+        self.enqueue(state, frame, pending);
         true
     }
 
@@ -138,7 +132,7 @@ impl Outbound {
     /// empty queue). Unlike [`Outbound::push`], a frame that does not fit is refused and the
     /// queue stays open: the caller decides what to do with the sender instead.
     pub fn try_push(&self, frame: Bytes) -> bool {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         if state.closing.is_some() {
             return false;
         }
@@ -146,6 +140,13 @@ impl Outbound {
         if pending > self.max_pending_bytes && !state.frames.is_empty() {
             return false;
         }
+        self.enqueue(state, frame, pending);
+        true
+    }
+
+    /// Appends a frame that fits (or goes on an empty queue) and wakes the writer if it was idle.
+    #[inline]
+    fn enqueue(&self, mut state: MutexGuard<'_, QueueState>, frame: Bytes, pending: usize) {
         let was_empty = state.frames.is_empty();
         state.frames.push(frame);
         state.pending_bytes = pending;
@@ -153,7 +154,6 @@ impl Outbound {
         if was_empty {
             self.ready.notify_one();
         }
-        true
     }
 
     /// The byte budget.
