@@ -11,7 +11,8 @@
 //! Order: a process's publishes go out on one connection in the order they were made, and each
 //! node reads one subscriber connection, so one publisher's messages reach a node in order.
 //! A message published on several channels is encoded once; receivers drop the extra copies
-//! (they arrive back to back on the subscriber connection) and their own echoes.
+//! (they arrive back to back on the subscriber connection) and their own echoes, except asks,
+//! which skip local delivery so that every node Redis counts reads them from Redis.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use redis::{IntoConnectionInfo, ProtocolVersion};
 use switchyard_backplane::envelope::{self, Stamp};
-use switchyard_backplane::{Backplane, Barrier, NodeId, Sink};
+use switchyard_backplane::{Backplane, Barrier, NodeId, Receipt, Sink};
 use switchyard_core::{Channel, Message};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -187,7 +188,30 @@ impl Backplane for RedisBackplane {
         };
         let bytes = envelope::encode(stamp, &message);
         let names = channels.iter().map(|c| self.name(c)).collect();
-        let _ = self.publisher.send(Outgoing { names, bytes });
+        let _ = self.publisher.send(Outgoing {
+            names,
+            bytes,
+            receipt: None,
+        });
+    }
+
+    fn ask(&self, channel: &Channel, message: Arc<Message>) -> Receipt {
+        // Through Redis even for this process's nodes: the count Redis returns is then the
+        // number of nodes that will read it.
+        let stamp = Stamp {
+            origin: self.shared.origin,
+            seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sent = self.publisher.send(Outgoing {
+            names: vec![self.name(channel)],
+            bytes: envelope::encode(stamp, &message),
+            receipt: Some(tx),
+        });
+        if sent.is_err() {
+            return Box::pin(std::future::ready(None));
+        }
+        Box::pin(async move { rx.await.ok().flatten() })
     }
 
     fn barrier(&self, node: &NodeId) -> Barrier {

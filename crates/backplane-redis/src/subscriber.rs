@@ -146,7 +146,8 @@ impl Reader {
                 return;
             }
         };
-        if stamp.origin == self.shared.origin {
+        let ask = matches!(message, switchyard_core::Message::Ask { .. });
+        if stamp.origin == self.shared.origin && !ask {
             return; // delivered locally when it was published
         }
         if self.last_seq.lock().insert(stamp.origin, stamp.seq) == Some(stamp.seq) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use switchyard_core::{Channel, GroupName, HubName, Message, Payloads, Protocol, Target};
+use switchyard_core::{Channel, GroupName, HubName, Message, Payloads, Protocol, Question, Target};
 
 use crate::{Backplane, NodeId, Sink};
 
@@ -71,7 +71,7 @@ fn settle(backplane: &dyn Backplane, node: &NodeId) {
 }
 
 /// A minimal executor for barriers: the implementation's own tasks do the work.
-fn block_on(future: crate::Barrier) {
+fn block_on<T>(future: std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>) -> T {
     use std::task::{Context, Poll, Wake, Waker};
     struct Thread(std::thread::Thread);
     impl Wake for Thread {
@@ -84,8 +84,8 @@ fn block_on(future: crate::Barrier) {
     let mut future = future;
     let deadline = Instant::now() + SETTLE;
     loop {
-        if let Poll::Ready(()) = future.as_mut().poll(&mut context) {
-            return;
+        if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
+            return value;
         }
         assert!(Instant::now() < deadline, "barrier did not resolve");
         std::thread::park_timeout(Duration::from_millis(10));
@@ -96,7 +96,7 @@ type Pair = (Arc<dyn Backplane>, Arc<dyn Backplane>);
 
 /// Runs every check, across the pair and then on the first handle alone.
 pub fn run_all(make: impl Fn() -> Pair) {
-    let checks: [fn(&dyn Backplane, &dyn Backplane); 7] = [
+    let checks: [fn(&dyn Backplane, &dyn Backplane); 8] = [
         subscribed_nodes_receive_and_others_do_not,
         one_delivery_per_node_for_many_channels,
         node_channel_is_implicit,
@@ -104,6 +104,7 @@ pub fn run_all(make: impl Fn() -> Pair) {
         order_is_preserved_per_publisher,
         order_holds_across_channels,
         detach_removes_subscriptions,
+        asks_reach_exactly_the_subscribed_nodes,
     ];
     for check in checks {
         let (near, far) = make();
@@ -220,4 +221,42 @@ pub fn detach_removes_subscriptions(near: &dyn Backplane, far: &dyn Backplane) {
     far.publish(std::slice::from_ref(&channel), numbered(1));
     std::thread::sleep(Duration::from_millis(100));
     assert!(ra.received.lock().is_empty());
+}
+
+/// An ask reaches every subscribed node, the asker included, after the asker's earlier
+/// publishes, and its receipt counts exactly those nodes.
+pub fn asks_reach_exactly_the_subscribed_nodes(near: &dyn Backplane, far: &dyn Backplane) {
+    let (a, ra) = attach(near, "a");
+    let (b, rb) = attach(far, "b");
+    let both = Channel::Group(hub(), group("both"));
+    let only_a = Channel::Group(hub(), group("a"));
+    near.subscribe(&a, &both);
+    near.subscribe(&a, &only_a);
+    far.subscribe(&b, &both);
+    settle(near, &a);
+    settle(far, &b);
+    let ask = |id: u64| {
+        Arc::new(Message::Ask {
+            hub: hub(),
+            from: b.clone(),
+            id,
+            question: Question::Settled,
+        })
+    };
+    far.publish(std::slice::from_ref(&both), numbered(1));
+    assert_eq!(block_on(far.ask(&both, ask(1))), Some(2));
+    assert_eq!(block_on(far.ask(&only_a, ask(2))), Some(1));
+    let nobody = Channel::Group(hub(), group("nobody"));
+    assert_eq!(block_on(far.ask(&nobody, ask(3))), Some(0));
+    let got = ra.wait_for(3);
+    assert_eq!(got.len(), 3, "a: {got:?}");
+    assert_eq!(*got[0], *numbered(1), "an ask overtook an earlier publish");
+    assert!(matches!(*got[1], Message::Ask { id: 1, .. }));
+    assert!(matches!(*got[2], Message::Ask { id: 2, .. }));
+    let got = rb.wait_for(2);
+    assert_eq!(got.len(), 2, "b: {got:?}");
+    assert!(matches!(*got[1], Message::Ask { id: 1, .. }));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(ra.received.lock().len(), 3);
+    assert_eq!(rb.received.lock().len(), 2);
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use rmp::Marker;
 use switchyard_core::{
-    Channel, CloseReason, ConnectionId, GroupName, HubName, Message, NameError, Payloads, Protocol,
-    Target, UserId,
+    Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, NameError, Payloads,
+    Protocol, Question, Target, UserId,
 };
 
 const VERSION: u8 = 1;
@@ -57,6 +57,8 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
         | Message::UserJoinGroup { .. }
         | Message::UserLeaveGroup { .. } => 2,
         Message::Close { .. } => 3,
+        Message::Ask { .. } => 3,
+        Message::Answer { .. } => 2,
     };
     let ttl_field = usize::from(matches!(message, Message::UserJoinGroup { .. }));
     write_array(w, 5 + fields + ttl_field);
@@ -142,6 +144,24 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
                     write_uint(w, 1);
                 }
             }
+        }
+        Message::Ask {
+            hub,
+            from,
+            id,
+            question,
+        } => {
+            write_uint(w, 6);
+            write_str(w, hub.as_str());
+            write_str(w, from);
+            write_uint(w, *id);
+            write_question(w, question);
+        }
+        Message::Answer { hub, id, answer } => {
+            write_uint(w, 7);
+            write_str(w, hub.as_str());
+            write_uint(w, *id);
+            write_answer(w, answer);
         }
     }
     out.into_inner().freeze()
@@ -248,6 +268,23 @@ pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
                 reason,
             }
         }
+        6 => {
+            expect(8)?;
+            Message::Ask {
+                hub,
+                from: r.str()?.to_string(),
+                id: r.uint()?,
+                question: r.question()?,
+            }
+        }
+        7 => {
+            expect(7)?;
+            Message::Answer {
+                hub,
+                id: r.uint()?,
+                answer: r.answer()?,
+            }
+        }
         tag => {
             return Err(EnvelopeError::Tag {
                 what: "message kind",
@@ -343,6 +380,93 @@ fn write_target(w: &mut W, target: &Target) {
             write_array(w, 2);
             write_uint(w, 6);
             write_ids(w, groups.iter().map(|g| g.as_str()));
+        }
+    }
+}
+
+fn write_question(w: &mut W, question: &Question) {
+    match question {
+        Question::AddToGroup { connection, group } => {
+            write_array(w, 3);
+            write_uint(w, 0);
+            write_str(w, connection.as_str());
+            write_str(w, group.as_str());
+        }
+        Question::RemoveFromGroup { connection, group } => {
+            write_array(w, 3);
+            write_uint(w, 1);
+            write_str(w, connection.as_str());
+            write_opt_str(w, group.as_ref().map(|g| g.as_str()));
+        }
+        Question::CloseConnection { connection, reason } => {
+            write_array(w, 3);
+            write_uint(w, 2);
+            write_str(w, connection.as_str());
+            write_opt_str(w, reason.as_deref());
+        }
+        Question::ConnectionExists(id) => {
+            write_array(w, 2);
+            write_uint(w, 3);
+            write_str(w, id.as_str());
+        }
+        Question::UserExists(user) => {
+            write_array(w, 2);
+            write_uint(w, 4);
+            write_str(w, user.as_str());
+        }
+        Question::GroupExists(group) => {
+            write_array(w, 2);
+            write_uint(w, 5);
+            write_str(w, group.as_str());
+        }
+        Question::UserInGroup(user, group) => {
+            write_array(w, 3);
+            write_uint(w, 6);
+            write_str(w, user.as_str());
+            write_str(w, group.as_str());
+        }
+        Question::GroupMembers { group, after, max } => {
+            write_array(w, 4);
+            write_uint(w, 7);
+            write_str(w, group.as_str());
+            write_opt_str(w, after.as_deref());
+            write_uint(w, u64::from(*max));
+        }
+        Question::Settled => {
+            write_array(w, 1);
+            write_uint(w, 8);
+        }
+        Question::WhereIs(id) => {
+            write_array(w, 2);
+            write_uint(w, 9);
+            write_str(w, id.as_str());
+        }
+    }
+}
+
+fn write_answer(w: &mut W, answer: &Answer) {
+    match answer {
+        Answer::Yes => {
+            write_array(w, 1);
+            write_uint(w, 0);
+        }
+        Answer::No => {
+            write_array(w, 1);
+            write_uint(w, 1);
+        }
+        Answer::Members(members) => {
+            write_array(w, 2);
+            write_uint(w, 2);
+            write_array(w, members.len() * 2);
+            for (connection, user) in members {
+                write_str(w, connection.as_str());
+                write_opt_str(w, user.as_ref().map(|u| u.as_str()));
+            }
+        }
+        Answer::At(url) => {
+            write_array(w, 2);
+            write_uint(w, 3);
+            write_str(w, url);
         }
     }
 }
@@ -456,6 +580,89 @@ impl<'a> Reader<'a> {
             out.push(make(self.str()?)?);
         }
         Ok(out)
+    }
+
+    fn question(&mut self) -> Result<Question, EnvelopeError> {
+        let len = self.array()?;
+        let tag = self.uint()?;
+        let want = match tag {
+            8 => 1,
+            3 | 4 | 5 | 9 => 2,
+            7 => 4,
+            _ => 3,
+        };
+        if len != want {
+            return Err(self.type_error());
+        }
+        let connection = |r: &mut Self| -> Result<ConnectionId, EnvelopeError> {
+            Ok(ConnectionId::new(r.str()?)?)
+        };
+        let group =
+            |r: &mut Self| -> Result<GroupName, EnvelopeError> { Ok(GroupName::new(r.str()?)?) };
+        Ok(match tag {
+            0 => Question::AddToGroup {
+                connection: connection(self)?,
+                group: group(self)?,
+            },
+            1 => Question::RemoveFromGroup {
+                connection: connection(self)?,
+                group: self.opt_str()?.map(GroupName::new).transpose()?,
+            },
+            2 => Question::CloseConnection {
+                connection: connection(self)?,
+                reason: self.opt_str()?.map(str::to_string),
+            },
+            3 => Question::ConnectionExists(connection(self)?),
+            4 => Question::UserExists(UserId::new(self.str()?)?),
+            5 => Question::GroupExists(group(self)?),
+            6 => Question::UserInGroup(UserId::new(self.str()?)?, group(self)?),
+            7 => Question::GroupMembers {
+                group: group(self)?,
+                after: self.opt_str()?.map(str::to_string),
+                max: u32::try_from(self.uint()?).unwrap_or(u32::MAX),
+            },
+            8 => Question::Settled,
+            9 => Question::WhereIs(connection(self)?),
+            tag => {
+                return Err(EnvelopeError::Tag {
+                    what: "question",
+                    tag,
+                })
+            }
+        })
+    }
+
+    fn answer(&mut self) -> Result<Answer, EnvelopeError> {
+        let len = self.array()?;
+        let tag = self.uint()?;
+        let want = if tag < 2 { 1 } else { 2 };
+        if len != want {
+            return Err(self.type_error());
+        }
+        Ok(match tag {
+            0 => Answer::Yes,
+            1 => Answer::No,
+            2 => {
+                let count = self.array()?;
+                if count % 2 != 0 {
+                    return Err(EnvelopeError::Type(self.pos));
+                }
+                let mut members = Vec::with_capacity(count / 2);
+                for _ in 0..count / 2 {
+                    let connection = ConnectionId::new(self.str()?)?;
+                    let user = self.opt_str()?.map(UserId::new).transpose()?;
+                    members.push((connection, user));
+                }
+                Answer::Members(members)
+            }
+            3 => Answer::At(self.str()?.to_string()),
+            tag => {
+                return Err(EnvelopeError::Tag {
+                    what: "answer",
+                    tag,
+                })
+            }
+        })
     }
 
     fn target(&mut self) -> Result<Target, EnvelopeError> {
@@ -573,6 +780,59 @@ mod tests {
                 reason: CloseReason::ClosedByApi(None),
             },
         ]);
+        let (g, u) = (GroupName::new("g").unwrap(), UserId::new("u").unwrap());
+        let questions = [
+            Question::AddToGroup {
+                connection: c("c"),
+                group: g.clone(),
+            },
+            Question::RemoveFromGroup {
+                connection: c("c"),
+                group: None,
+            },
+            Question::RemoveFromGroup {
+                connection: c("c"),
+                group: Some(g.clone()),
+            },
+            Question::CloseConnection {
+                connection: c("c"),
+                reason: Some("why".into()),
+            },
+            Question::ConnectionExists(c("c")),
+            Question::UserExists(u.clone()),
+            Question::GroupExists(g.clone()),
+            Question::UserInGroup(u.clone(), g.clone()),
+            Question::GroupMembers {
+                group: g.clone(),
+                after: Some("c1".into()),
+                max: 201,
+            },
+            Question::Settled,
+            Question::WhereIs(c("c")),
+        ];
+        out.extend(
+            questions
+                .into_iter()
+                .enumerate()
+                .map(|(n, question)| Message::Ask {
+                    hub: hub(),
+                    from: "node-1".into(),
+                    id: n as u64 * 77_777,
+                    question,
+                }),
+        );
+        let answers = [
+            Answer::Yes,
+            Answer::No,
+            Answer::Members(vec![(c("a"), None), (c("b"), Some(u))]),
+            Answer::Members(vec![]),
+            Answer::At("http://10.0.0.1:8080".into()),
+        ];
+        out.extend(answers.into_iter().map(|answer| Message::Answer {
+            hub: hub(),
+            id: u64::MAX,
+            answer,
+        }));
         out
     }
 

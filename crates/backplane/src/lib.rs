@@ -7,9 +7,10 @@
 //! - [`conformance`]: the behaviour every implementation must show; run it against each one.
 //!
 //! Rules every implementation keeps: a message published on several channels reaches each
-//! subscribed node once; messages from one publisher reach a node in publish order; publish
-//! never waits for a consumer; after [`Backplane::barrier`], a node's subscriptions hear
-//! every later publish.
+//! subscribed node once; messages from one publisher reach a node in publish order (asks
+//! included); publish never waits for a consumer; after [`Backplane::barrier`], a node's
+//! subscriptions hear every later publish; an ask's receipt counts exactly the nodes it
+//! reaches.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -27,6 +28,9 @@ use switchyard_core::{Channel, Message};
 
 /// Resolves once every subscribe a node issued before asking is live.
 pub type Barrier = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Resolves to how many nodes an ask reached, or `None` when it could not be published.
+pub type Receipt = Pin<Box<dyn Future<Output = Option<usize>> + Send + 'static>>;
 
 /// Identifies one service node within a cluster.
 pub type NodeId = String;
@@ -53,4 +57,9 @@ pub trait Backplane: Send + Sync {
     fn barrier(&self, _node: &NodeId) -> Barrier {
         Box::pin(std::future::ready(()))
     }
+    /// Publishes a [`Message::Ask`] on one channel to every node subscribed to it, the asking
+    /// node too when it is subscribed (no local shortcut: the count and the deliveries must
+    /// agree), and resolves to how many nodes it reached. Each of them answers once, so the
+    /// asker knows how many answers to wait for.
+    fn ask(&self, channel: &Channel, message: Arc<Message>) -> Receipt;
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use switchyard_core::{Channel, Message};
 
-use crate::{Backplane, NodeId, Sink};
+use crate::{Backplane, NodeId, Receipt, Sink};
 
 #[derive(Default)]
 pub struct MemoryBackplane {
@@ -84,8 +84,25 @@ impl Backplane for MemoryBackplane {
     }
 
     fn publish(&self, channels: &[Channel], message: Arc<Message>) {
-        // Collect sinks first so no lock is held while sinks run (they may subscribe).
-        let sinks: Vec<Arc<dyn Sink>> = {
+        for sink in self.sinks_for(channels) {
+            sink.receive(&message);
+        }
+    }
+
+    fn ask(&self, channel: &Channel, message: Arc<Message>) -> Receipt {
+        let sinks = self.sinks_for(std::slice::from_ref(channel));
+        for sink in &sinks {
+            sink.receive(&message);
+        }
+        Box::pin(std::future::ready(Some(sinks.len())))
+    }
+}
+
+impl MemoryBackplane {
+    /// The sinks of the nodes subscribed to any of `channels`, collected so that no lock is
+    /// held while sinks run (they may subscribe).
+    fn sinks_for(&self, channels: &[Channel]) -> Vec<Arc<dyn Sink>> {
+        {
             let state = self.state.read();
             let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
             for channel in channels {
@@ -99,9 +116,6 @@ impl Backplane for MemoryBackplane {
                 .into_iter()
                 .filter_map(|n| state.sinks.get(n).cloned())
                 .collect()
-        };
-        for sink in sinks {
-            sink.receive(&message);
         }
     }
 }

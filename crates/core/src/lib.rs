@@ -16,6 +16,6 @@ pub mod names;
 pub mod protocol;
 
 pub use close::CloseReason;
-pub use message::{Channel, Message, Target};
+pub use message::{Answer, Channel, Message, Question, Target};
 pub use names::{ConnectionId, GroupName, HubName, NameError, UserId};
 pub use protocol::{Payloads, Protocol};

@@ -65,6 +65,61 @@ pub enum Message {
         excluded: Vec<ConnectionId>,
         reason: CloseReason,
     },
+    /// A question from node `from` to every node listening on the channel it is asked on;
+    /// each of them sends one [`Message::Answer`] with the same `id` to `from`'s node channel.
+    Ask {
+        hub: HubName,
+        from: String,
+        id: u64,
+        question: Question,
+    },
+    Answer {
+        hub: HubName,
+        id: u64,
+        answer: Answer,
+    },
+}
+
+/// What one node asks the others (see [`Message::Ask`]). The first three change a connection
+/// its owner holds and are answered once the change is live for messages from any node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Question {
+    AddToGroup {
+        connection: ConnectionId,
+        group: GroupName,
+    },
+    /// `group: None` removes the connection from all its groups.
+    RemoveFromGroup {
+        connection: ConnectionId,
+        group: Option<GroupName>,
+    },
+    CloseConnection {
+        connection: ConnectionId,
+        reason: Option<String>,
+    },
+    ConnectionExists(ConnectionId),
+    UserExists(UserId),
+    GroupExists(GroupName),
+    UserInGroup(UserId, GroupName),
+    /// Up to `max` of the node's members of `group` ordered by connection id, after `after`.
+    GroupMembers {
+        group: GroupName,
+        after: Option<String>,
+        max: u32,
+    },
+    /// Answered once what the asker published before is applied and its subscriptions are
+    /// live: a send published after the answer reaches every connection it changed.
+    Settled,
+    /// Answered by the node holding the connection with the URL other nodes reach it at.
+    WhereIs(ConnectionId),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Yes,
+    No,
+    Members(Vec<(ConnectionId, Option<UserId>)>),
+    At(String),
 }
 
 impl Message {
@@ -75,7 +130,9 @@ impl Message {
             | Message::RemoveFromGroup { hub, .. }
             | Message::UserJoinGroup { hub, .. }
             | Message::UserLeaveGroup { hub, .. }
-            | Message::Close { hub, .. } => hub,
+            | Message::Close { hub, .. }
+            | Message::Ask { hub, .. }
+            | Message::Answer { hub, .. } => hub,
         }
     }
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::RwLock;
-use switchyard_core::{Channel, HubName, Message};
+use switchyard_core::{Answer, Channel, CloseReason, HubName, Message, Question, Target};
 
 /// Receives first-member / last-member changes of channels on this node.
 pub trait Interest: Send + Sync {
@@ -139,6 +139,61 @@ impl Router {
             } => self
                 .find_hub(hub)
                 .map_or(0, |hub| hub.close(target, excluded, reason)),
+            // Questions and answers are between nodes; the node answers with `answer`.
+            Message::Ask { .. } | Message::Answer { .. } => 0,
+        }
+    }
+
+    /// This node's answer to a question from another node, from local state only. Questions
+    /// that change a connection change it here when this node holds it, and answer whether
+    /// it does.
+    pub fn answer(&self, hub: &HubName, question: &Question) -> Answer {
+        let yes = |held: bool| if held { Answer::Yes } else { Answer::No };
+        if matches!(question, Question::Settled) {
+            return Answer::Yes;
+        }
+        let Some(hub) = self.find_hub(hub) else {
+            return match question {
+                Question::GroupMembers { .. } => Answer::Members(Vec::new()),
+                _ => Answer::No,
+            };
+        };
+        match question {
+            Question::AddToGroup { connection, group } => yes(hub.add_to_group(connection, group)),
+            Question::RemoveFromGroup { connection, group } => {
+                let held = hub.connection_exists(connection);
+                match group {
+                    Some(group) => {
+                        hub.remove_from_group(connection, group);
+                    }
+                    None => hub.remove_from_all_groups(connection),
+                }
+                yes(held)
+            }
+            Question::CloseConnection { connection, reason } => {
+                let held = hub.connection_exists(connection);
+                hub.close(
+                    &Target::Connection(connection.clone()),
+                    &[],
+                    &CloseReason::ClosedByApi(reason.clone()),
+                );
+                yes(held)
+            }
+            Question::ConnectionExists(id) | Question::WhereIs(id) => {
+                yes(hub.connection_exists(id))
+            }
+            Question::UserExists(user) => yes(hub.user_exists(user)),
+            Question::GroupExists(group) => yes(hub.group_exists(group)),
+            Question::UserInGroup(user, group) => {
+                yes(hub.user_in_group(user, group, Instant::now()))
+            }
+            Question::GroupMembers { group, after, max } => Answer::Members(
+                hub.group_members(group, after.as_deref(), *max as usize)
+                    .into_iter()
+                    .map(|m| (m.connection, m.user))
+                    .collect(),
+            ),
+            Question::Settled => Answer::Yes,
         }
     }
 
