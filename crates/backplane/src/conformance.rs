@@ -240,7 +240,7 @@ pub fn asks_reach_exactly_the_subscribed_nodes(near: &dyn Backplane, far: &dyn B
             hub: hub(),
             from: b.clone(),
             id,
-            question: Question::Settled,
+            question: Question::GroupExists(group("both")),
         })
     };
     far.publish(std::slice::from_ref(&both), numbered(1));

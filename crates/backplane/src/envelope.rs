@@ -110,10 +110,7 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
             write_str(w, hub.as_str());
             write_str(w, user.as_str());
             write_str(w, group.as_str());
-            match ttl {
-                Some(ttl) => write_uint(w, ttl.as_millis().min(u64::MAX as u128) as u64),
-                None => rmp::encode::write_nil(w).expect("writing to memory"),
-            }
+            write_opt_ms(w, *ttl);
         }
         Message::UserLeaveGroup { hub, user, group } => {
             write_uint(w, 4);
@@ -232,11 +229,7 @@ pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
                 hub,
                 user: UserId::new(r.str()?)?,
                 group: GroupName::new(r.str()?)?,
-                ttl: if r.nil()? {
-                    None
-                } else {
-                    Some(Duration::from_millis(r.uint()?))
-                },
+                ttl: r.opt_ms()?,
             }
         }
         4 => {
@@ -327,6 +320,13 @@ fn write_str(w: &mut W, value: &str) {
 fn write_opt_str(w: &mut W, value: Option<&str>) {
     match value {
         Some(v) => write_str(w, v),
+        None => rmp::encode::write_nil(w).expect("writing to memory"),
+    }
+}
+
+fn write_opt_ms(w: &mut W, value: Option<Duration>) {
+    match value {
+        Some(ttl) => write_uint(w, ttl.as_millis().min(u64::MAX as u128) as u64),
         None => rmp::encode::write_nil(w).expect("writing to memory"),
     }
 }
@@ -432,9 +432,12 @@ fn write_question(w: &mut W, question: &Question) {
             write_opt_str(w, after.as_deref());
             write_uint(w, u64::from(*max));
         }
-        Question::Settled => {
-            write_array(w, 1);
+        Question::UserJoinGroup { user, group, ttl } => {
+            write_array(w, 4);
             write_uint(w, 8);
+            write_str(w, user.as_str());
+            write_str(w, group.as_str());
+            write_opt_ms(w, *ttl);
         }
         Question::WhereIs(id) => {
             write_array(w, 2);
@@ -551,6 +554,13 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(self.take(len)?).map_err(|_| EnvelopeError::Utf8)
     }
 
+    fn opt_ms(&mut self) -> Result<Option<Duration>, EnvelopeError> {
+        if self.nil()? {
+            return Ok(None);
+        }
+        Ok(Some(Duration::from_millis(self.uint()?)))
+    }
+
     fn opt_str(&mut self) -> Result<Option<&'a str>, EnvelopeError> {
         if self.nil()? {
             return Ok(None);
@@ -586,9 +596,8 @@ impl<'a> Reader<'a> {
         let len = self.array()?;
         let tag = self.uint()?;
         let want = match tag {
-            8 => 1,
             3 | 4 | 5 | 9 => 2,
-            7 => 4,
+            7 | 8 => 4,
             _ => 3,
         };
         if len != want {
@@ -621,7 +630,11 @@ impl<'a> Reader<'a> {
                 after: self.opt_str()?.map(str::to_string),
                 max: u32::try_from(self.uint()?).unwrap_or(u32::MAX),
             },
-            8 => Question::Settled,
+            8 => Question::UserJoinGroup {
+                user: UserId::new(self.str()?)?,
+                group: group(self)?,
+                ttl: self.opt_ms()?,
+            },
             9 => Question::WhereIs(connection(self)?),
             tag => {
                 return Err(EnvelopeError::Tag {
@@ -807,7 +820,16 @@ mod tests {
                 after: Some("c1".into()),
                 max: 201,
             },
-            Question::Settled,
+            Question::UserJoinGroup {
+                user: u.clone(),
+                group: g.clone(),
+                ttl: Some(Duration::from_secs(60)),
+            },
+            Question::UserJoinGroup {
+                user: u.clone(),
+                group: g.clone(),
+                ttl: None,
+            },
             Question::WhereIs(c("c")),
         ];
         out.extend(

@@ -59,7 +59,7 @@ impl Backplane for MemoryBackplane {
     }
 
     fn subscribe(&self, node: &NodeId, channel: &Channel) {
-        if matches!(channel, Channel::Connection(_)) {
+        if matches!(channel, Channel::Connection(..)) {
             return;
         }
         self.state
@@ -71,7 +71,7 @@ impl Backplane for MemoryBackplane {
     }
 
     fn unsubscribe(&self, node: &NodeId, channel: &Channel) {
-        if matches!(channel, Channel::Connection(_)) {
+        if matches!(channel, Channel::Connection(..)) {
             return;
         }
         let mut state = self.state.write();
@@ -106,7 +106,7 @@ impl MemoryBackplane {
             let state = self.state.read();
             let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
             for channel in channels {
-                if matches!(channel, Channel::Connection(_)) {
+                if matches!(channel, Channel::Connection(..)) {
                     nodes.extend(state.sinks.keys());
                 } else if let Some(subscribed) = state.subscribers.get(channel) {
                     nodes.extend(subscribed.iter());
@@ -146,7 +146,10 @@ mod tests {
         let node = "a".to_string();
         backplane.attach(&node, sink.clone());
         let before = backplane.channel_count();
-        let channel = Channel::Connection(ConnectionId::new("c1").unwrap());
+        let channel = Channel::Connection(
+            switchyard_core::HubName::new("h", None).unwrap(),
+            ConnectionId::new("c1").unwrap(),
+        );
         backplane.subscribe(&node, &channel);
         assert_eq!(backplane.channel_count(), before);
         let message = Message::Close {

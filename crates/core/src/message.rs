@@ -107,9 +107,13 @@ pub enum Question {
         after: Option<String>,
         max: u32,
     },
-    /// Answered once what the asker published before is applied and its subscriptions are
-    /// live: a send published after the answer reaches every connection it changed.
-    Settled,
+    /// Joins the user's connections on the node to the group (as [`Message::UserJoinGroup`]
+    /// does) and answers once the change is live for messages from any node.
+    UserJoinGroup {
+        user: UserId,
+        group: GroupName,
+        ttl: Option<Duration>,
+    },
     /// Answered by the node holding the connection with the URL other nodes reach it at.
     WhereIs(ConnectionId),
 }
@@ -149,8 +153,9 @@ pub enum Channel {
     /// One node's inbox.
     Node(String),
     /// One connection, wherever it is: its owning node subscribes while it is connected, so
-    /// connection-addressed sends and commands reach it from any node.
-    Connection(ConnectionId),
+    /// connection-addressed sends and commands reach it from any node. The hub is part of it
+    /// so that a partitioned backplane can keep all of a hub's channels together.
+    Connection(HubName, ConnectionId),
 }
 
 impl Channel {
@@ -162,7 +167,7 @@ impl Channel {
             Channel::User(hub, user) => format!("u:{hub}:{user}"),
             Channel::All => "all".to_string(),
             Channel::Node(node) => format!("n:{node}"),
-            Channel::Connection(id) => format!("c:{id}"),
+            Channel::Connection(hub, id) => format!("c:{hub}:{id}"),
         }
     }
 }

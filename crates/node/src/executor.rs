@@ -164,7 +164,7 @@ impl Executor {
             Command::AddToGroup { connection, group } => {
                 self.require_connection(hub, &connection)?;
                 self.publish(
-                    vec![self.owner_of(&connection)],
+                    vec![self.owner_of(hub, &connection)],
                     Message::AddToGroup {
                         hub: hub.clone(),
                         connection,
@@ -176,7 +176,7 @@ impl Executor {
             Command::RemoveFromGroup { connection, group } => {
                 self.require_connection(hub, &connection)?;
                 self.publish(
-                    vec![self.owner_of(&connection)],
+                    vec![self.owner_of(hub, &connection)],
                     Message::RemoveFromGroup {
                         hub: hub.clone(),
                         connection,
@@ -306,8 +306,8 @@ impl Executor {
 
     /// Where a connection's owner listens: the node holding a connection subscribes to its
     /// channel, so any node can address it without knowing which node that is.
-    fn owner_of(&self, connection: &ConnectionId) -> Channel {
-        Channel::Connection(connection.clone())
+    fn owner_of(&self, hub: &HubName, connection: &ConnectionId) -> Channel {
+        Channel::Connection(hub.clone(), connection.clone())
     }
 
     fn channels_for(&self, hub: &HubName, target: &Target) -> Vec<Channel> {
@@ -320,8 +320,10 @@ impl Executor {
         };
         match target {
             Target::All { .. } => vec![Channel::Hub(hub.clone())],
-            Target::Connection(id) => vec![self.owner_of(id)],
-            Target::Connections(ids) => unique(ids.iter().map(|id| self.owner_of(id)).collect()),
+            Target::Connection(id) => vec![self.owner_of(hub, id)],
+            Target::Connections(ids) => {
+                unique(ids.iter().map(|id| self.owner_of(hub, id)).collect())
+            }
             Target::User(user) => vec![Channel::User(hub.clone(), user.clone())],
             Target::Users(users) => unique(
                 users

@@ -105,7 +105,8 @@ impl Hub {
                     return false;
                 }
                 shard.insert(id.clone(), connection.clone());
-                self.interest.changed(Channel::Connection(id.clone()), true);
+                self.interest
+                    .changed(Channel::Connection(self.name.clone(), id.clone()), true);
             }
             {
                 let mut count = self.connection_count.lock();
@@ -146,7 +147,7 @@ impl Hub {
             let mut shard = self.connections.shard(id).write();
             shard.remove(id);
             self.interest
-                .changed(Channel::Connection(id.clone()), false);
+                .changed(Channel::Connection(self.name.clone(), id.clone()), false);
         }
         for group in &groups {
             self.unindex_group_member(group, id);

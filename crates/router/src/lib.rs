@@ -149,7 +149,10 @@ impl Router {
     /// it does.
     pub fn answer(&self, hub: &HubName, question: &Question) -> Answer {
         let yes = |held: bool| if held { Answer::Yes } else { Answer::No };
-        if matches!(question, Question::Settled) {
+        if let Question::UserJoinGroup { user, group, ttl } = question {
+            // The table outlives connections: the hub is created, as for the message.
+            self.hub(hub)
+                .user_join_group(user, group, *ttl, Instant::now());
             return Answer::Yes;
         }
         let Some(hub) = self.find_hub(hub) else {
@@ -193,7 +196,7 @@ impl Router {
                     .map(|m| (m.connection, m.user))
                     .collect(),
             ),
-            Question::Settled => Answer::Yes,
+            Question::UserJoinGroup { .. } => Answer::Yes,
         }
     }
 

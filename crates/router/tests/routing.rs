@@ -38,7 +38,7 @@ impl Recorder {
     /// by `interest_in_connection_channels`).
     fn take(&self) -> Vec<(Channel, bool)> {
         let mut events = std::mem::take(&mut *self.events.lock());
-        events.retain(|(channel, _)| !matches!(channel, Channel::Connection(_)));
+        events.retain(|(channel, _)| !matches!(channel, Channel::Connection(..)));
         events
     }
 
@@ -1279,7 +1279,7 @@ fn interest_in_the_hub_channel() {
 #[test]
 fn interest_in_connection_channels() {
     let s = setup();
-    let a = Channel::Connection(cid("a"));
+    let a = Channel::Connection(hub_name("chat"), cid("a"));
     connect(&s.hub, "a", None);
     assert!(s.interest.take_all().contains(&(a.clone(), true)));
     // Another connection's arrival says nothing about this one.
