@@ -214,6 +214,10 @@ impl Backplane for RedisBackplane {
         Box::pin(async move { rx.await.ok().flatten() })
     }
 
+    fn spans_processes(&self) -> bool {
+        true
+    }
+
     fn barrier(&self, node: &NodeId) -> Barrier {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.command(node, Command::Barrier(tx));

@@ -118,11 +118,13 @@ async fn every_send_reaches_clients_on_other_nodes() {
     let executor = nodes[0].node.executor();
     executor
         .execute(&hub(), Command::add_to_group(&a_id, "g").unwrap())
+        .await
         .unwrap();
     nodes[1]
         .node
         .executor()
         .execute(&hub(), Command::add_to_group(&b_id, "g").unwrap())
+        .await
         .unwrap();
     settle(&nodes).await;
     send(
@@ -138,24 +140,9 @@ async fn every_send_reaches_clients_on_other_nodes() {
         .node
         .executor()
         .execute(&hub(), Command::user_join_group("u1", "ug", None).unwrap())
+        .await
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while nodes[2]
-        .node
-        .executor()
-        .execute(
-            &hub(),
-            switchyard_node::command::Check::user_in_group("u1", "ug").unwrap(),
-        )
-        .is_err()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "user group did not spread"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    settle(&nodes).await;
+    // Once the join returned, it holds for the user's connections on every node.
     send(
         &nodes[1],
         Target::Groups(vec![GroupName::new("ug").unwrap()]),
@@ -184,6 +171,7 @@ async fn every_send_reaches_clients_on_other_nodes() {
                 reason: Some("bye".into()),
             },
         )
+        .await
         .unwrap();
     match b.until_closed().await {
         Some(HubMessage::Close { error, .. }) => {
@@ -194,4 +182,134 @@ async fn every_send_reaches_clients_on_other_nodes() {
     for node in nodes {
         node.stop().await;
     }
+}
+
+/// REST calls on one node act on connections held by others, and answer for the whole
+/// cluster: membership changes take effect before the call returns, checks and the group
+/// listing see every node, misses are 404 only when no node has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_on_any_node_acts_on_connections_on_every_node() {
+    let redis = RedisServer::start();
+    let nodes = cluster(&redis, "rest").await;
+    let (mut a, a_id) = client(&nodes[0], "ua", Format::Json).await;
+    let (mut b, b_id) = client(&nodes[1], "ub", Format::MessagePack).await;
+    let (mut c3, c3_id) = client(&nodes[2], "ua", Format::Json).await;
+    settle(&nodes).await;
+    let base = format!("/api/hubs/{HUB}");
+    let rest = |n: usize, method: &'static str, path: String| {
+        let node = &nodes[n];
+        async move { node.rest(method, &path).await.0 }
+    };
+
+    // Checks from a node that holds none of it.
+    assert_eq!(
+        rest(2, "HEAD", format!("{base}/connections/{a_id}")).await,
+        200
+    );
+    assert_eq!(
+        rest(0, "HEAD", format!("{base}/connections/{b_id}")).await,
+        200
+    );
+    assert_eq!(
+        rest(0, "HEAD", format!("{base}/connections/nobody")).await,
+        404
+    );
+    assert_eq!(rest(1, "HEAD", format!("{base}/users/ua")).await, 200);
+    assert_eq!(rest(0, "HEAD", format!("{base}/users/ub")).await, 200);
+    assert_eq!(rest(0, "HEAD", format!("{base}/users/nobody")).await, 404);
+
+    // Add to group from another node, then send at once from a third: it arrives.
+    let add = |n: usize, group: &str, id: &str| {
+        rest(n, "PUT", format!("{base}/groups/{group}/connections/{id}"))
+    };
+    assert_eq!(add(1, "g1", &a_id).await, 200);
+    assert_eq!(add(0, "g1", &b_id).await, 200);
+    assert_eq!(add(2, "g1", "nobody").await, 404);
+    assert_eq!(
+        rest(2, "POST", format!("{base}/groups/g1/:send")).await,
+        202
+    );
+    expect_rest(&mut a).await;
+    expect_rest(&mut b).await;
+    assert_eq!(rest(2, "HEAD", format!("{base}/groups/g1")).await, 200);
+    assert_eq!(rest(2, "HEAD", format!("{base}/groups/g2")).await, 404);
+    assert_eq!(
+        rest(1, "HEAD", format!("{base}/users/ub/groups/g1")).await,
+        200,
+        "user in group through a local connection"
+    );
+    assert_eq!(
+        rest(2, "HEAD", format!("{base}/users/ub/groups/g1")).await,
+        200,
+        "user in group through a connection on another node"
+    );
+
+    // The group listing merges every node's members, in order, page by page.
+    assert_eq!(add(0, "g1", &c3_id).await, 200);
+    let mut expected = vec![a_id.clone(), b_id.clone(), c3_id.clone()];
+    expected.sort();
+    let mut listed = Vec::new();
+    let mut query = "maxpagesize=2".to_string();
+    loop {
+        let path = format!("{base}/groups/g1/connections?api-version=2024-12-01&{query}");
+        let (status, body) = nodes[1].rest("GET", &path).await;
+        assert_eq!(status, 200, "{body}");
+        let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for member in page["value"].as_array().unwrap() {
+            listed.push(member["connectionId"].as_str().unwrap().to_string());
+        }
+        match page["nextLink"].as_str() {
+            Some(next) => {
+                let token = next.split("continuationToken=").nth(1).unwrap();
+                query = format!(
+                    "maxpagesize=2&continuationToken={}",
+                    token.split('&').next().unwrap()
+                );
+            }
+            None => break,
+        }
+    }
+    assert_eq!(listed, expected);
+
+    // Remove from group from another node: later group sends miss it.
+    let path = format!("{base}/groups/g1/connections/{a_id}");
+    assert_eq!(rest(2, "DELETE", path).await, 200);
+    assert_eq!(
+        rest(1, "POST", format!("{base}/groups/g1/:send")).await,
+        202
+    );
+    expect_rest(&mut b).await;
+    expect_rest(&mut c3).await;
+    assert_eq!(
+        rest(1, "POST", format!("{base}/connections/{a_id}/:send")).await,
+        202
+    );
+    expect_rest(&mut a).await; // the next thing a sees is this, not the group send
+
+    // A user-group join from a node holding none of the user's connections reaches them.
+    let path = format!("{base}/users/ua/groups/ug");
+    assert_eq!(rest(1, "PUT", path).await, 200);
+    assert_eq!(
+        rest(1, "POST", format!("{base}/groups/ug/:send")).await,
+        202
+    );
+    expect_rest(&mut a).await;
+    expect_rest(&mut c3).await;
+
+    // Close a connection held elsewhere, with a reason.
+    let path = format!("{base}/connections/{b_id}?reason=moved");
+    assert_eq!(rest(2, "DELETE", path).await, 200);
+    match b.until_closed().await {
+        Some(HubMessage::Close { error, .. }) => {
+            assert!(error.unwrap_or_default().contains("moved"))
+        }
+        other => panic!("expected a Close, got {other:?}"),
+    }
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+async fn expect_rest(client: &mut RawClient) {
+    client.expect(&Msg::invocation("m", &[json!("rest")])).await;
 }

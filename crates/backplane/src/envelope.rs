@@ -439,10 +439,9 @@ fn write_question(w: &mut W, question: &Question) {
             write_str(w, group.as_str());
             write_opt_ms(w, *ttl);
         }
-        Question::WhereIs(id) => {
-            write_array(w, 2);
+        Question::Address => {
+            write_array(w, 1);
             write_uint(w, 9);
-            write_str(w, id.as_str());
         }
     }
 }
@@ -596,7 +595,8 @@ impl<'a> Reader<'a> {
         let len = self.array()?;
         let tag = self.uint()?;
         let want = match tag {
-            3 | 4 | 5 | 9 => 2,
+            9 => 1,
+            3 | 4 | 5 => 2,
             7 | 8 => 4,
             _ => 3,
         };
@@ -635,7 +635,7 @@ impl<'a> Reader<'a> {
                 group: group(self)?,
                 ttl: self.opt_ms()?,
             },
-            9 => Question::WhereIs(connection(self)?),
+            9 => Question::Address,
             tag => {
                 return Err(EnvelopeError::Tag {
                     what: "question",
@@ -830,7 +830,7 @@ mod tests {
                 group: g.clone(),
                 ttl: None,
             },
-            Question::WhereIs(c("c")),
+            Question::Address,
         ];
         out.extend(
             questions

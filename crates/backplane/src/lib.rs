@@ -62,4 +62,9 @@ pub trait Backplane: Send + Sync {
     /// agree), and resolves to how many nodes it reached. Each of them answers once, so the
     /// asker knows how many answers to wait for.
     fn ask(&self, channel: &Channel, message: Arc<Message>) -> Receipt;
+    /// Whether nodes of other processes may receive what is published (so a node cannot
+    /// judge from its own connections what the receivers need, e.g. which protocols).
+    fn spans_processes(&self) -> bool {
+        false
+    }
 }

@@ -114,8 +114,8 @@ pub enum Question {
         group: GroupName,
         ttl: Option<Duration>,
     },
-    /// Answered by the node holding the connection with the URL other nodes reach it at.
-    WhereIs(ConnectionId),
+    /// Asked on a node's channel: the URL other nodes reach that node at over HTTP.
+    Address,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

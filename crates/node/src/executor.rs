@@ -2,20 +2,27 @@
 //! router and the backplane, and nothing of clients, app servers or HTTP.
 //!
 //! Mutations and sends are published on the backplane (even on one node), so a cluster
-//! backplane changes where messages go without changing any caller.
+//! backplane changes where messages go without changing any caller. What needs an answer from
+//! the node holding a connection (membership changes, closes and checks of connections held
+//! elsewhere, user-group joins, group listings) is asked on the channel of what it concerns,
+//! and the answers of the nodes listening there decide ([`crate::asks`]).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+use futures_util::FutureExt;
 
 use switchyard_auth::AccessKeys;
 use switchyard_backplane::{Backplane, NodeId, Sink};
 use switchyard_core::{
-    Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol, Target,
+    Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol,
+    Question, Target,
 };
 use switchyard_hub_protocol::{encode_invocation, Format};
 use switchyard_router::{GroupMember, Interest, Router};
 
+use crate::asks::{Asks, Gathered};
 use crate::command::{Check, Command, Missing};
 use crate::config::ValidConfig;
 use crate::http::Auth;
@@ -28,6 +35,9 @@ pub struct Executor {
     router: Arc<Router>,
     backplane: Arc<dyn Backplane>,
     metrics: Arc<Metrics>,
+    asks: Arc<Asks>,
+    /// Where other nodes reach this one over HTTP (set once the listener is bound).
+    internal_url: Arc<OnceLock<String>>,
 }
 
 /// Subscribes this node to a channel while it has a local member.
@@ -46,16 +56,72 @@ impl Interest for BackplaneInterest {
     }
 }
 
-/// Applies what the backplane delivers to this node's router.
+/// Applies what the backplane delivers to this node's router, and answers other nodes'
+/// questions.
 struct RouterSink {
     router: Arc<Router>,
     metrics: Arc<Metrics>,
+    node_id: NodeId,
+    backplane: Arc<dyn Backplane>,
+    asks: Arc<Asks>,
+    internal_url: Arc<OnceLock<String>>,
 }
 
 impl Sink for RouterSink {
     fn receive(&self, message: &Arc<Message>) {
-        let delivered = self.router.apply(message);
-        self.metrics.frames_delivered.inc_by(delivered as u64);
+        match &**message {
+            Message::Ask {
+                hub,
+                from,
+                id,
+                question,
+            } => self.answer(hub, from, *id, question),
+            Message::Answer { id, answer, .. } => self.asks.answered(*id, answer.clone()),
+            _ => {
+                let delivered = self.router.apply(message);
+                self.metrics.frames_delivered.inc_by(delivered as u64);
+            }
+        }
+    }
+}
+
+impl RouterSink {
+    fn answer(&self, hub: &HubName, from: &NodeId, id: u64, question: &Question) {
+        let answer = match (question, self.router.answer(hub, question)) {
+            (Question::Address, Answer::Yes) => match self.internal_url.get() {
+                Some(url) => Answer::At(url.clone()),
+                None => Answer::No,
+            },
+            (_, answer) => answer,
+        };
+        // A change that made this node subscribe is answered once the subscription is live,
+        // so the asker's next send reaches the connection.
+        let wait = answer == Answer::Yes
+            && matches!(
+                question,
+                Question::AddToGroup { .. } | Question::UserJoinGroup { .. }
+            );
+        let reply = Arc::new(Message::Answer {
+            hub: hub.clone(),
+            id,
+            answer,
+        });
+        let to = [Channel::Node(from.clone())];
+        let mut barrier = self.backplane.barrier(&self.node_id);
+        if !wait || (&mut barrier).now_or_never().is_some() {
+            self.backplane.publish(&to, reply);
+            return;
+        }
+        let backplane = self.backplane.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    barrier.await;
+                    backplane.publish(&to, reply);
+                });
+            }
+            Err(_) => backplane.publish(&to, reply),
+        }
     }
 }
 
@@ -85,11 +151,17 @@ impl Executor {
             backplane: backplane.clone(),
             node_id: node_id.clone(),
         })));
+        let asks = Arc::new(Asks::default());
+        let internal_url = Arc::new(OnceLock::new());
         backplane.attach(
             &node_id,
             Arc::new(RouterSink {
                 router: router.clone(),
                 metrics: metrics.clone(),
+                node_id: node_id.clone(),
+                backplane: backplane.clone(),
+                asks: asks.clone(),
+                internal_url: internal_url.clone(),
             }),
         );
         Executor {
@@ -99,7 +171,14 @@ impl Executor {
             router,
             backplane,
             metrics,
+            asks,
+            internal_url,
         }
+    }
+
+    /// Where other nodes reach this node over HTTP; set once, when the listener is bound.
+    pub(crate) fn set_internal_url(&self, url: String) {
+        let _ = self.internal_url.set(url);
     }
 
     pub fn config(&self) -> &ValidConfig {
@@ -133,22 +212,34 @@ impl Executor {
         &self.metrics
     }
 
-    /// Applies one command to the hub. `Err` names what the command needed and did not find;
-    /// nothing was changed then.
-    pub fn execute(&self, hub: &HubName, command: Command) -> Result<(), Missing> {
+    /// Applies one command to the hub, wherever in the cluster what it names is. `Err` names
+    /// what the command needed and did not find; nothing was changed then. When this returns,
+    /// the change is live: a send published after it reaches the connections it changed.
+    pub async fn execute(&self, hub: &HubName, command: Command) -> Result<(), Missing> {
         match command {
             Command::Send { target, payloads } => {
                 self.send(hub, target, payloads);
                 Ok(())
             }
             Command::Close {
+                target: Target::Connection(connection),
+                excluded,
+                reason,
+            } if !self.holds(hub, &connection) => {
+                if excluded.contains(&connection) {
+                    return Ok(());
+                }
+                let question = Question::CloseConnection {
+                    connection: connection.clone(),
+                    reason,
+                };
+                self.ask_owner(hub, &connection, question).await
+            }
+            Command::Close {
                 target,
                 excluded,
                 reason,
             } => {
-                if let Target::Connection(id) = &target {
-                    self.require_connection(hub, id)?;
-                }
                 let channels = self.channels_for(hub, &target);
                 self.publish(
                     channels,
@@ -162,7 +253,13 @@ impl Executor {
                 Ok(())
             }
             Command::AddToGroup { connection, group } => {
-                self.require_connection(hub, &connection)?;
+                if !self.holds(hub, &connection) {
+                    let question = Question::AddToGroup {
+                        connection: connection.clone(),
+                        group,
+                    };
+                    return self.ask_owner(hub, &connection, question).await;
+                }
                 self.publish(
                     vec![self.owner_of(hub, &connection)],
                     Message::AddToGroup {
@@ -171,10 +268,17 @@ impl Executor {
                         group,
                     },
                 );
+                self.barrier().await;
                 Ok(())
             }
             Command::RemoveFromGroup { connection, group } => {
-                self.require_connection(hub, &connection)?;
+                if !self.holds(hub, &connection) {
+                    let question = Question::RemoveFromGroup {
+                        connection: connection.clone(),
+                        group,
+                    };
+                    return self.ask_owner(hub, &connection, question).await;
+                }
                 self.publish(
                     vec![self.owner_of(hub, &connection)],
                     Message::RemoveFromGroup {
@@ -186,15 +290,21 @@ impl Executor {
                 Ok(())
             }
             Command::UserJoinGroup { user, group, ttl } => {
+                // Every node keeps the whole user-group table, for the user's later
+                // connections; the nodes holding the user's connections now answer once
+                // those are in the group.
                 self.publish(
                     vec![Channel::All],
                     Message::UserJoinGroup {
                         hub: hub.clone(),
-                        user,
-                        group,
+                        user: user.clone(),
+                        group: group.clone(),
                         ttl,
                     },
                 );
+                let channel = Channel::User(hub.clone(), user.clone());
+                let question = Question::UserJoinGroup { user, group, ttl };
+                self.ask(hub, channel, question, |_| false).await;
                 Ok(())
             }
             Command::UserLeaveGroup { user, group } => {
@@ -208,21 +318,33 @@ impl Executor {
                 );
                 Ok(())
             }
-            Command::Check(check) => self.check(hub, check),
+            Command::Check(check) => self.check(hub, check).await,
         }
     }
 
-    fn check(&self, hub: &HubName, check: Check) -> Result<(), Missing> {
-        let hub = self.router.find_hub(hub);
-        let found = match &check {
-            Check::Connection(id) => hub.is_some_and(|h| h.connection_exists(id)),
-            Check::User(user) => hub.is_some_and(|h| h.user_exists(user)),
-            Check::Group(group) => hub.is_some_and(|h| h.group_exists(group)),
-            Check::UserInGroup(user, group) => {
-                hub.is_some_and(|h| h.user_in_group(user, group, Instant::now()))
-            }
+    /// Answers from this node when it holds the answer, else from the nodes listening on the
+    /// channel of what is checked.
+    async fn check(&self, hub: &HubName, check: Check) -> Result<(), Missing> {
+        let question = match &check {
+            Check::Connection(id) => Question::ConnectionExists(id.clone()),
+            Check::User(user) => Question::UserExists(user.clone()),
+            Check::Group(group) => Question::GroupExists(group.clone()),
+            Check::UserInGroup(user, group) => Question::UserInGroup(user.clone(), group.clone()),
         };
-        if found {
+        if self.router.answer(hub, &question) == Answer::Yes {
+            return Ok(());
+        }
+        let channel = match &check {
+            Check::Connection(id) => self.owner_of(hub, id),
+            Check::User(user) | Check::UserInGroup(user, _) => {
+                Channel::User(hub.clone(), user.clone())
+            }
+            Check::Group(group) => Channel::Group(hub.clone(), group.clone()),
+        };
+        let gathered = self
+            .ask(hub, channel, question, |a| *a == Answer::Yes)
+            .await;
+        if gathered.answers.contains(&Answer::Yes) {
             return Ok(());
         }
         Err(match check {
@@ -233,8 +355,70 @@ impl Executor {
         })
     }
 
-    fn require_connection(&self, hub: &HubName, id: &ConnectionId) -> Result<(), Missing> {
-        self.check(hub, Check::Connection(id.clone()))
+    /// Whether this node holds the connection (its handshake done).
+    fn holds(&self, hub: &HubName, id: &ConnectionId) -> bool {
+        self.router
+            .find_hub(hub)
+            .is_some_and(|h| h.connection_exists(id))
+    }
+
+    /// Has the node holding `connection` apply `question`; a miss when no node holds it.
+    async fn ask_owner(
+        &self,
+        hub: &HubName,
+        connection: &ConnectionId,
+        question: Question,
+    ) -> Result<(), Missing> {
+        let channel = self.owner_of(hub, connection);
+        let gathered = self
+            .ask(hub, channel, question, |a| *a == Answer::Yes)
+            .await;
+        if gathered.answers.contains(&Answer::Yes) {
+            Ok(())
+        } else {
+            Err(Missing::Connection(connection.clone()))
+        }
+    }
+
+    /// Asks the nodes listening on `channel` and gathers their answers; `settles` says
+    /// whether one answer decides.
+    async fn ask(
+        &self,
+        hub: &HubName,
+        channel: Channel,
+        question: Question,
+        settles: fn(&Answer) -> bool,
+    ) -> Gathered {
+        let waiting = self.asks.start(settles);
+        let message = Arc::new(Message::Ask {
+            hub: hub.clone(),
+            from: self.node_id.clone(),
+            id: waiting.id(),
+            question,
+        });
+        let reached = self.backplane.ask(&channel, message).await;
+        let gathered = waiting
+            .gather(reached, self.config.cluster.ask_timeout)
+            .await;
+        if !gathered.complete {
+            self.metrics.cluster_asks_incomplete.inc();
+            tracing::debug!(channel = %channel.key(), ?reached, "an ask was not answered by every node in time");
+        }
+        gathered
+    }
+
+    /// The URL other nodes reach `node` at over HTTP; `None` when no such node answers.
+    pub(crate) async fn address_of(&self, hub: &HubName, node: &str) -> Option<String> {
+        let channel = Channel::Node(node.to_string());
+        let gathered = self
+            .ask(hub, channel, Question::Address, |a| {
+                matches!(a, Answer::At(_))
+            })
+            .await;
+        gathered.answers.into_iter().find_map(|a| match a {
+            Answer::At(url) => Some(url),
+            _ => None,
+        })
     }
 
     /// Sends pre-encoded payloads to the target (the hot path of every send).
@@ -254,17 +438,20 @@ impl Executor {
     }
 
     /// Encodes a non-blocking invocation once for each service-encoded protocol that the hub's
-    /// connections use.
+    /// connections use (both, when other processes' nodes may hold connections).
     pub fn encode_invocation(
         &self,
         hub: &HubName,
         method: &str,
         arguments: &[serde_json::Value],
     ) -> Payloads {
-        let (json, messagepack) = self
-            .router
-            .find_hub(hub)
-            .map_or((false, false), |h| h.protocols_in_use());
+        let (json, messagepack) = if self.backplane.spans_processes() {
+            (true, true)
+        } else {
+            self.router
+                .find_hub(hub)
+                .map_or((false, false), |h| h.protocols_in_use())
+        };
         let mut payloads = Payloads::new();
         if json {
             payloads.insert(
@@ -281,18 +468,36 @@ impl Executor {
         payloads
     }
 
-    /// A page of group members ordered by connection id, after the continuation point.
-    pub fn group_members(
+    /// A page of the group's members on every node, ordered by connection id, after the
+    /// continuation point: each node sends its first `max`, and the first `max` of their
+    /// union are the page.
+    pub async fn group_members(
         &self,
         hub: &HubName,
         group: &GroupName,
         after: Option<&str>,
         max: usize,
     ) -> Vec<GroupMember> {
-        self.router
-            .find_hub(hub)
-            .map(|h| h.group_members(group, after, max))
-            .unwrap_or_default()
+        let question = Question::GroupMembers {
+            group: group.clone(),
+            after: after.map(str::to_string),
+            max: u32::try_from(max).unwrap_or(u32::MAX),
+        };
+        let channel = Channel::Group(hub.clone(), group.clone());
+        let gathered = self.ask(hub, channel, question, |_| false).await;
+        let mut members: Vec<GroupMember> = gathered
+            .answers
+            .into_iter()
+            .flat_map(|answer| match answer {
+                Answer::Members(members) => members,
+                _ => Vec::new(),
+            })
+            .map(|(connection, user)| GroupMember { connection, user })
+            .collect();
+        members.sort_by(|a, b| a.connection.cmp(&b.connection));
+        members.dedup_by(|a, b| a.connection == b.connection);
+        members.truncate(max);
+        members
     }
 
     /// Expires user-group memberships whose ttl has passed.
@@ -376,16 +581,20 @@ mod tests {
         drop(backplane);
     }
 
-    #[test]
-    fn misses_name_what_is_missing() {
+    #[tokio::test]
+    async fn misses_name_what_is_missing() {
         let executor = executor();
         let hub = HubName::new("chat", None).unwrap();
         assert_eq!(
-            executor.execute(&hub, Command::add_to_group("c1", "g").unwrap()),
+            executor
+                .execute(&hub, Command::add_to_group("c1", "g").unwrap())
+                .await,
             Err(Missing::Connection(ConnectionId::new("c1").unwrap()))
         );
         assert_eq!(
-            executor.execute(&hub, Check::user_in_group("u", "g").unwrap()),
+            executor
+                .execute(&hub, Check::user_in_group("u", "g").unwrap())
+                .await,
             Err(Missing::UserInGroup(
                 UserId::new("u").unwrap(),
                 GroupName::new("g").unwrap()
@@ -393,12 +602,17 @@ mod tests {
         );
         // A user-group membership needs no connection.
         assert_eq!(
-            executor.execute(&hub, Command::user_join_group("u", "g", None).unwrap()),
+            executor
+                .execute(&hub, Command::user_join_group("u", "g", None).unwrap())
+                .await,
             Ok(())
         );
         assert_eq!(
-            executor.execute(&hub, Check::user_in_group("u", "g").unwrap()),
+            executor
+                .execute(&hub, Check::user_in_group("u", "g").unwrap())
+                .await,
             Ok(())
         );
+        assert_eq!(executor.asks.in_flight(), 0);
     }
 }

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+mod asks;
 mod client;
 pub mod command;
 pub mod config;

@@ -59,6 +59,8 @@ pub struct Metrics {
     /// (limits.max_connections_per_address), `reserved` (a request in the reserve that is
     /// not health, metrics or an app server).
     pub http_connections_refused: Family<ReasonLabel, Counter>,
+    /// Questions to other nodes that not every node answered within `cluster.ask_timeout`.
+    pub cluster_asks_incomplete: Counter,
 }
 
 impl Default for Metrics {
@@ -136,8 +138,15 @@ impl Default for Metrics {
             "Sockets or requests refused at the socket limits, by reason (full, per_address, reserved)",
             http_connections_refused.clone(),
         );
+        let cluster_asks_incomplete = Counter::<u64, AtomicU64>::default();
+        registry.register(
+            "cluster_asks_incomplete",
+            "Questions to other nodes that not every node answered within cluster.ask_timeout",
+            cluster_asks_incomplete.clone(),
+        );
         Metrics {
             registry,
+            cluster_asks_incomplete,
             http_connections,
             http_connections_refused,
             client_connections,

@@ -772,7 +772,7 @@ async fn a_handshake_after_a_refused_one() {
     let hub = switchyard_core::HubName::new(HUB, None).unwrap();
     let exists = switchyard_node::Check::connection(&negotiated.connection_id).unwrap();
     assert!(
-        server.node.executor().execute(&hub, exists).is_err(),
+        server.node.executor().execute(&hub, exists).await.is_err(),
         "joined the hub"
     );
     let poll = within(

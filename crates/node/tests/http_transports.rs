@@ -56,7 +56,7 @@ async fn long_polling_messagepack_and_close_via_api() {
         excluded: vec![],
         reason: Some("bye".into()),
     };
-    server.node.executor().execute(&hub, close).unwrap();
+    server.node.executor().execute(&hub, close).await.unwrap();
     let close = http.poll(&id).await;
     assert_eq!(close.status(), 200);
     let body = close.bytes().await.unwrap();

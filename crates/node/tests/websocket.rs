@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, within, TestServer};
+use common::{eventually, eventually_async, within, TestServer};
 use serde_json::json;
 use switchyard_client::{negotiate, ClientError, WsClient};
 use switchyard_hub_protocol::{Format, HubMessage};
@@ -125,7 +125,7 @@ async fn id_less_websocket_with_bearer_token_works() {
         .unwrap();
     let user = switchyard_core::UserId::new("alice").unwrap();
     let hub = switchyard_core::HubName::new("chat", None).unwrap();
-    eventually("user registered", WAIT, || {
+    eventually_async("user registered", WAIT, || async {
         server
             .node
             .executor()
@@ -133,6 +133,7 @@ async fn id_less_websocket_with_bearer_token_works() {
                 &hub,
                 switchyard_node::Command::Check(switchyard_node::Check::User(user.clone())),
             )
+            .await
             .is_ok()
     })
     .await;

@@ -28,4 +28,4 @@ pub use raw_client::{
 };
 pub use redis::RedisServer;
 pub use server::TestServer;
-pub use wait::{eventually, now, within, WAIT};
+pub use wait::{eventually, eventually_async, now, within, WAIT};

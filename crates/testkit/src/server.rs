@@ -142,6 +142,26 @@ impl TestServer {
         );
     }
 
+    /// A REST call with a token for exactly this URL (no query in the audience); returns the
+    /// status and body. `path` may carry a query.
+    pub async fn rest(&self, method: &str, path: &str) -> (u16, String) {
+        let audience_path = path.split('?').next().unwrap_or(path);
+        let token = TokenBuilder::new(format!("http://{}{audience_path}", self.addr))
+            .sign(&self.key(), now());
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
+        let mut request = reqwest::Client::new()
+            .request(method.clone(), format!("{}{path}", self.http()))
+            .bearer_auth(token);
+        if method == reqwest::Method::POST {
+            request = request
+                .header("content-type", "application/json")
+                .body("{\"target\":\"m\",\"arguments\":[\"rest\"]}");
+        }
+        let response = request.send().await.expect("REST request");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

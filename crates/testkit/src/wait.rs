@@ -23,6 +23,21 @@ pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() ->
     }
 }
 
+/// Like [`eventually`], for checks that must await (cluster-wide questions).
+pub async fn eventually_async<F: std::future::Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Awaits a future with a bound, panicking with `what` on timeout.
 pub async fn within<T>(
     what: &str,

@@ -445,7 +445,11 @@ mod tests {
         assert_eq!(client.receive(clients, &mut inbound, valid), Ok(()));
         assert!(!client.handshake_done());
         let exists = crate::command::Check::connection(client.connection.id().as_str()).unwrap();
-        assert!(node.executor().execute(&hub, exists).is_err());
+        assert!(
+            futures_util::FutureExt::now_or_never(node.executor().execute(&hub, exists))
+                .expect("a local check does not wait")
+                .is_err()
+        );
         drop(inbound);
         clients.finish(&client);
     }

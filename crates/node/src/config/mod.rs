@@ -64,6 +64,11 @@ pub struct Cluster {
     pub node_id: Option<String>,
     /// Prefix of every Redis channel name, so several clusters can share one Redis.
     pub prefix: String,
+    /// How long a node waits for other nodes' answers (membership changes and checks of
+    /// connections held elsewhere, group listings). A node that does not answer in time
+    /// counts as "not there". Default 2s.
+    #[serde(with = "humantime_serde")]
+    pub ask_timeout: Duration,
 }
 
 impl Default for Cluster {
@@ -72,6 +77,7 @@ impl Default for Cluster {
             redis: None,
             node_id: None,
             prefix: "sy".into(),
+            ask_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -96,6 +102,14 @@ impl Cluster {
             return Err(format!(
                 "cluster.prefix {:?} must be 1 to 64 letters, digits, '-', '_' or '.'",
                 self.prefix
+            ));
+        }
+        if self.ask_timeout < Duration::from_millis(10)
+            || self.ask_timeout > Duration::from_secs(60)
+        {
+            return Err(format!(
+                "cluster.ask_timeout must be between 10ms and 60s (got {})",
+                humantime::format_duration(self.ask_timeout)
             ));
         }
         if let Some(url) = &self.redis {

@@ -32,10 +32,11 @@ pub(crate) async fn execute(
     let v1 = matches!(api, Api::V1 | Api::V1Preview);
     // Success codes by API family: (2022-06-01, v1).
     let by_api = |current: StatusCode, older: StatusCode| if v1 { older } else { current };
-    let apply = |command: Command| {
+    let apply = |command: Command| async move {
         let change = !matches!(command, Command::Check(_));
         executor
             .execute(hub, command)
+            .await
             .map_err(|missing| RestError::missing(missing, change))
     };
     match op {
@@ -58,7 +59,7 @@ pub(crate) async fn execute(
                 },
                 SendBody::Payloads(payloads) => Command::send_named(target, payloads),
             };
-            apply(command)?;
+            apply(command).await?;
             Ok(status(StatusCode::ACCEPTED))
         }
         Op::Close(recipient) => {
@@ -74,7 +75,7 @@ pub(crate) async fn execute(
                 reason,
             };
             // Closing a connection that is gone is already done.
-            let _ = executor.execute(hub, command);
+            let _ = executor.execute(hub, command).await;
             Ok(status(match (single, v1) {
                 (true, false) => StatusCode::OK,
                 (true, true) => StatusCode::ACCEPTED,
@@ -82,50 +83,52 @@ pub(crate) async fn execute(
             }))
         }
         Op::ConnectionExists(connection) => {
-            apply(Check::connection(&connection)?)?;
+            apply(Check::connection(&connection)?).await?;
             Ok(status(StatusCode::OK))
         }
         Op::UserExists(user) => {
-            apply(Check::user(&user)?)?;
+            apply(Check::user(&user)?).await?;
             Ok(status(StatusCode::OK))
         }
         Op::GroupExists(group) => {
-            apply(Check::group(&group)?)?;
+            apply(Check::group(&group)?).await?;
             Ok(status(StatusCode::OK))
         }
         Op::UserInGroup { user, group } => {
-            apply(Check::user_in_group(&user, &group)?)?;
+            apply(Check::user_in_group(&user, &group)?).await?;
             Ok(status(StatusCode::OK))
         }
         Op::AddConnectionToGroup { group, connection } => {
-            apply(Command::add_to_group(&connection, &group)?)?;
+            apply(Command::add_to_group(&connection, &group)?).await?;
             Ok(status(StatusCode::OK))
         }
         Op::RemoveConnectionFromGroup { group, connection } => {
-            apply(Command::remove_from_group(&connection, Some(&group))?)?;
+            apply(Command::remove_from_group(&connection, Some(&group))?).await?;
             Ok(status(StatusCode::OK))
         }
         Op::RemoveConnectionFromAllGroups(connection) => {
             // Removing a connection that is gone from all groups is already done: 200.
-            let _ = executor.execute(hub, Command::remove_from_group(&connection, None)?);
+            let _ = executor
+                .execute(hub, Command::remove_from_group(&connection, None)?)
+                .await;
             Ok(status(StatusCode::OK))
         }
         Op::AddUserToGroup { user, group } => {
             let ttl = ttl(query)?;
-            apply(Command::user_join_group(&user, &group, ttl)?)?;
+            apply(Command::user_join_group(&user, &group, ttl)?).await?;
             Ok(status(by_api(StatusCode::OK, StatusCode::ACCEPTED)))
         }
         Op::RemoveUserFromGroup { user, group } => {
-            apply(Command::user_leave_group(&user, Some(&group))?)?;
+            apply(Command::user_leave_group(&user, Some(&group))?).await?;
             Ok(status(by_api(StatusCode::NO_CONTENT, StatusCode::ACCEPTED)))
         }
         Op::RemoveUserFromAllGroups(user) => {
-            apply(Command::user_leave_group(&user, None)?)?;
+            apply(Command::user_leave_group(&user, None)?).await?;
             Ok(status(by_api(StatusCode::NO_CONTENT, StatusCode::OK)))
         }
         Op::ListGroupConnections(group) => {
             let group = GroupName::new(&group)?;
-            list_group_connections(executor, hub, &group, parts, query)
+            list_group_connections(executor, hub, &group, parts, query).await
         }
     }
 }
@@ -226,7 +229,7 @@ fn positive(query: &Query, key: &str, max: usize) -> Result<Option<usize>, RestE
 /// `GET …/groups/{group}/connections?maxpagesize=&top=&continuationToken=` (2024-12-01):
 /// members ordered by connection id. The continuation token is the last id of the previous
 /// page; `nextLink` repeats the request's query with the token (and the remaining `top`).
-fn list_group_connections(
+async fn list_group_connections(
     executor: &Executor,
     hub: &HubName,
     group: &GroupName,
@@ -237,7 +240,7 @@ fn list_group_connections(
     let top = positive(query, "top", i32::MAX as usize)?;
     let page = top.map_or(page_size, |top| top.min(page_size));
     let after = query.get("continuationToken").filter(|t| !t.is_empty());
-    let mut members = executor.group_members(hub, group, after, page + 1);
+    let mut members = executor.group_members(hub, group, after, page + 1).await;
     let more = members.len() > page;
     members.truncate(page);
     let remaining = top.map(|top| top - members.len());

@@ -212,7 +212,7 @@ async fn serve(
     let mut last_write = Instant::now();
     let mut last_read = Instant::now();
     // Bytes that came with the handshake may already hold messages.
-    drain(app, connection, reader, &mut buffer)?;
+    drain(app, connection, reader, &mut buffer).await?;
     loop {
         let ping_due = last_write + keep_alive;
         let silent_due = last_read + silence_limit;
@@ -227,7 +227,7 @@ async fn serve(
                     } else {
                         buffer.extend_from_slice(&data);
                     }
-                    drain(app, connection, reader, &mut buffer)?;
+                    drain(app, connection, reader, &mut buffer).await?;
                 }
                 Some(Ok(WsMessage::Text(_))) => {
                     return Err(LinkError::Protocol(
@@ -277,7 +277,7 @@ async fn write<E: std::fmt::Display>(
 }
 
 /// Acts on every whole message in `buffer`.
-fn drain(
+async fn drain(
     app: &AppServers,
     connection: &Arc<ServerConnection>,
     reader: &FrameReader,
@@ -293,7 +293,7 @@ fn drain(
         metrics.server_messages_received.inc();
         let message =
             decode(&body).map_err(|e| LinkError::Protocol(format!("Invalid message: {e}")))?;
-        commands::handle(app, connection, message);
+        commands::handle(app, connection, message).await;
     }
     if buffer.is_empty() && buffer.capacity() > 0 {
         *buffer = BytesMut::new();

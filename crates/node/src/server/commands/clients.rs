@@ -44,7 +44,7 @@ pub(super) fn relay(app: &AppServers, connection: &ServerConnection, data: Conne
 }
 
 /// CloseConnection: the app server ends one of its clients (or any connection of the hub).
-pub(super) fn close(app: &AppServers, connection: &ServerConnection, close: CloseConnection) {
+pub(super) async fn close(app: &AppServers, connection: &ServerConnection, close: CloseConnection) {
     let Ok(id) = ConnectionId::new(&close.connection_id) else {
         return;
     };
@@ -63,7 +63,7 @@ pub(super) fn close(app: &AppServers, connection: &ServerConnection, close: Clos
                 reason,
             };
             // A connection that does not exist is already closed.
-            let _ = app.executor.execute(&connection.hub, command);
+            let _ = app.executor.execute(&connection.hub, command).await;
         }
     }
 }

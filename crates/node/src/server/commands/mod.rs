@@ -18,17 +18,21 @@ use crate::command::{Command, Missing};
 use crate::default_mode::ServerConnection;
 use routing::Parsed;
 
-/// One message from the app server, in arrival order.
-pub(super) fn handle(
+/// One message from the app server, in arrival order. A command that needs other nodes'
+/// answers holds the next message until it is done, so what follows sees its effect.
+pub(super) async fn handle(
     app: &AppServers,
     connection: &Arc<ServerConnection>,
     message: ServiceMessage,
 ) {
     let message = match routing::parse(message) {
         Parsed::Command { command, ack_id } => {
-            let outcome = command
-                .map_err(Refused::Name)
-                .and_then(|command| execute(app, connection, command).map_err(Refused::Missing));
+            let outcome = match command {
+                Ok(command) => execute(app, connection, command)
+                    .await
+                    .map_err(Refused::Missing),
+                Err(name) => Err(Refused::Name(name)),
+            };
             match (ack_id, outcome) {
                 (Some(ack_id), outcome) => answer(connection, ack_id, outcome),
                 (None, Err(refused)) => {
@@ -43,7 +47,7 @@ pub(super) fn handle(
     match message {
         ServiceMessage::Ping(ping) => control::ping(app, connection, ping),
         ServiceMessage::ConnectionData(data) => clients::relay(app, connection, data),
-        ServiceMessage::CloseConnection(close) => clients::close(app, connection, close),
+        ServiceMessage::CloseConnection(close) => clients::close(app, connection, close).await,
         ServiceMessage::ClientInvocation(call) => app.default_mode.invoke(connection, call),
         ServiceMessage::ClientCompletion(ref done) => {
             let id = done.invocation_id.clone();
@@ -53,7 +57,9 @@ pub(super) fn handle(
             let id = failed.invocation_id.clone();
             app.default_mode.complete(connection, &id, message);
         }
-        ServiceMessage::GroupMemberQuery(query) => queries::group_members(app, connection, query),
+        ServiceMessage::GroupMemberQuery(query) => {
+            queries::group_members(app, connection, query).await
+        }
         ServiceMessage::AccessKeyRequest(request) => control::access_key(connection, request),
         ServiceMessage::ConnectionFlowControl(_) | ServiceMessage::ConnectionReconnect(_) => {}
         ServiceMessage::Unknown { type_id } => {
@@ -69,12 +75,12 @@ pub(super) fn handle(
     }
 }
 
-fn execute(
+async fn execute(
     app: &AppServers,
     connection: &ServerConnection,
     command: Command,
 ) -> Result<(), Missing> {
-    app.executor.execute(&connection.hub, command)
+    app.executor.execute(&connection.hub, command).await
 }
 
 /// Why a command was not carried out.

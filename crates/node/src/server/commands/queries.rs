@@ -12,7 +12,7 @@ use crate::default_mode::ServerConnection;
 const MAX_PAGE: usize = 1000;
 
 /// GroupMemberQuery: one page of the group's members, ordered by connection id.
-pub(super) fn group_members(
+pub(super) async fn group_members(
     app: &AppServers,
     connection: &ServerConnection,
     query: GroupMemberQuery,
@@ -23,7 +23,8 @@ pub(super) fn group_members(
             let after = query.continuation_token.as_deref();
             let mut members = app
                 .executor
-                .group_members(&connection.hub, &group, after, max + 1);
+                .group_members(&connection.hub, &group, after, max + 1)
+                .await;
             let more = members.len() > max;
             members.truncate(max);
             Some((members, more))
