@@ -60,6 +60,12 @@ if ! need redis-server; then
   apt_install redis-server || { echo "redis-server is required by the cluster tests"; exit 1; }
 fi
 
+# The cluster end-to-end tests put a real nginx (round-robin, no sticky sessions) before the nodes.
+if ! need nginx && [ ! -x /usr/sbin/nginx ]; then
+  step "installing nginx (apt-get install nginx-light) for the cluster end-to-end tests"
+  apt_install nginx-light || { echo "nginx is required by the cluster end-to-end tests"; exit 1; }
+fi
+
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked
 step "building the service and the bench app server for the end-to-end tests"

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use redis::{IntoConnectionInfo, ProtocolVersion};
 use switchyard_backplane::envelope::{self, Stamp};
-use switchyard_backplane::{Backplane, Barrier, NodeId, Receipt, Sink};
+use switchyard_backplane::{Backplane, Barrier, NodeId, Receipt, Sink, Traffic};
 use switchyard_core::{Channel, Message};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -216,6 +216,18 @@ impl Backplane for RedisBackplane {
 
     fn spans_processes(&self) -> bool {
         true
+    }
+
+    fn stats(&self) -> Traffic {
+        let stats = &self.shared.stats;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Traffic {
+            published: get(&stats.published),
+            publish_errors: get(&stats.publish_errors),
+            received: get(&stats.received),
+            decode_errors: get(&stats.decode_errors),
+            subscribe_errors: get(&stats.subscribe_errors),
+        }
     }
 
     fn barrier(&self, node: &NodeId) -> Barrier {

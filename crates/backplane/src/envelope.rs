@@ -596,7 +596,7 @@ impl<'a> Reader<'a> {
         let tag = self.uint()?;
         let want = match tag {
             9 => 1,
-            3 | 4 | 5 => 2,
+            3..=5 => 2,
             7 | 8 => 4,
             _ => 3,
         };

@@ -67,4 +67,23 @@ pub trait Backplane: Send + Sync {
     fn spans_processes(&self) -> bool {
         false
     }
+    /// What crossed between processes so far, for metrics (all zero in one process).
+    fn stats(&self) -> Traffic {
+        Traffic::default()
+    }
+}
+
+/// Counts of a networked backplane's traffic since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Messages handed to the network (one per message, whatever its channel count).
+    pub published: u64,
+    /// Messages the network did not accept: lost.
+    pub publish_errors: u64,
+    /// Messages received from other processes and applied.
+    pub received: u64,
+    /// Received messages that did not decode: counted and dropped.
+    pub decode_errors: u64,
+    /// Subscription changes that failed (and are retried).
+    pub subscribe_errors: u64,
 }

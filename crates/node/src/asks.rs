@@ -22,10 +22,22 @@ pub(crate) struct Gathered {
     pub(crate) complete: bool,
 }
 
-#[derive(Default)]
 pub(crate) struct Asks {
+    /// Starts at a random value: answers go to a node's inbox, and two nodes that were
+    /// (wrongly) given one id must not take each other's answers for their own.
     next: AtomicU64,
     pending: Mutex<HashMap<u64, Pending>>,
+}
+
+impl Default for Asks {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        let start = std::collections::hash_map::RandomState::new().hash_one(0u8);
+        Asks {
+            next: AtomicU64::new(start),
+            pending: Mutex::default(),
+        }
+    }
 }
 
 struct Pending {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
@@ -20,7 +20,7 @@ use switchyard_core::{
     Question, Target,
 };
 use switchyard_hub_protocol::{encode_invocation, Format};
-use switchyard_router::{GroupMember, Interest, Router};
+use switchyard_router::{Connection, GroupMember, Interest, Router};
 
 use crate::asks::{Asks, Gathered};
 use crate::command::{Check, Command, Missing};
@@ -44,6 +44,9 @@ pub struct Executor {
 struct BackplaneInterest {
     backplane: Arc<dyn Backplane>,
     node_id: NodeId,
+    /// Longest a joining client is held for its subscriptions (`cluster.ask_timeout`): with
+    /// the backplane unreachable it is served locally rather than not at all.
+    settle_timeout: Duration,
 }
 
 impl Interest for BackplaneInterest {
@@ -53,6 +56,19 @@ impl Interest for BackplaneInterest {
         } else {
             self.backplane.unsubscribe(&self.node_id, &channel);
         }
+    }
+
+    fn joined(&self, connection: &Arc<Connection>) {
+        let mut barrier = self.backplane.barrier(&self.node_id);
+        if (&mut barrier).now_or_never().is_some() {
+            connection.outbound().release();
+            return;
+        }
+        let (connection, limit) = (connection.clone(), self.settle_timeout);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(limit, barrier).await;
+            connection.outbound().release();
+        });
     }
 }
 
@@ -150,6 +166,7 @@ impl Executor {
         let router = Arc::new(Router::new(Arc::new(BackplaneInterest {
             backplane: backplane.clone(),
             node_id: node_id.clone(),
+            settle_timeout: config.cluster.ask_timeout,
         })));
         let asks = Arc::new(Asks::default());
         let internal_url = Arc::new(OnceLock::new());
@@ -196,6 +213,16 @@ impl Executor {
 
     pub fn node_id(&self) -> &NodeId {
         &self.node_id
+    }
+
+    /// What the backplane carried between processes so far.
+    pub fn backplane_traffic(&self) -> switchyard_backplane::Traffic {
+        self.backplane.stats()
+    }
+
+    /// Whether other processes' nodes share this node's backplane (a cluster).
+    pub fn in_cluster(&self) -> bool {
+        self.backplane.spans_processes()
     }
 
     /// Resolves once this node's subscriptions so far are live on the backplane: a message
@@ -407,6 +434,28 @@ impl Executor {
         gathered
     }
 
+    /// Whether another node of the cluster uses this node's id (the backplane counts who
+    /// reads this node's inbox). Two nodes with one id would take each other's answers and
+    /// requests, so a node checks once before it serves.
+    pub async fn id_in_use_elsewhere(&self) -> bool {
+        if !self.in_cluster() {
+            return false;
+        }
+        self.barrier().await;
+        let waiting = self.asks.start(|_| true);
+        let message = Arc::new(Message::Ask {
+            hub: HubName::new("switchyard", None).expect("a valid hub name"),
+            from: self.node_id.clone(),
+            id: waiting.id(),
+            question: Question::Address,
+        });
+        let reached = self
+            .backplane
+            .ask(&Channel::Node(self.node_id.clone()), message)
+            .await;
+        reached.is_some_and(|readers| readers > 1)
+    }
+
     /// The URL other nodes reach `node` at over HTTP; `None` when no such node answers.
     pub(crate) async fn address_of(&self, hub: &HubName, node: &str) -> Option<String> {
         let channel = Channel::Node(node.to_string());
@@ -445,7 +494,7 @@ impl Executor {
         method: &str,
         arguments: &[serde_json::Value],
     ) -> Payloads {
-        let (json, messagepack) = if self.backplane.spans_processes() {
+        let (json, messagepack) = if self.in_cluster() {
             (true, true)
         } else {
             self.router

@@ -149,6 +149,10 @@ impl Node {
             let now = Instant::now();
             self.executor.sweep(now);
             self.app_servers.default_mode.sweep(now);
+            if self.executor.in_cluster() {
+                self.metrics
+                    .record_backplane(&self.executor.backplane_traffic());
+            }
         }
     }
 }
@@ -216,6 +220,40 @@ async fn metrics(
     )
 }
 
+/// Where the other nodes reach this node: the setting, else the bound address; for an
+/// address bound on every interface, the one this host routes to Redis from (the network
+/// the nodes share).
+fn internal_url(config: &ValidConfig, bound: std::net::SocketAddr) -> String {
+    if let Some(url) = &config.cluster.internal_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let mut address = bound;
+    if bound.ip().is_unspecified() {
+        let redis_host = config
+            .cluster
+            .redis
+            .as_deref()
+            .and_then(|url| url::Url::parse(url).ok())
+            .and_then(|url| Some((url.host_str()?.to_string(), url.port().unwrap_or(6379))));
+        let routed = redis_host.and_then(|(host, port)| {
+            let socket = std::net::UdpSocket::bind((bound.ip(), 0)).ok()?;
+            socket.connect((host.as_str(), port)).ok()?;
+            socket.local_addr().ok()
+        });
+        match routed {
+            Some(local) => address.set_ip(local.ip()),
+            None => {
+                tracing::warn!(
+                    "cannot tell which address other nodes reach this node at; set \
+                     cluster.internal_url (requests other nodes pass on will fail)"
+                );
+                address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+        }
+    }
+    format!("http://{address}")
+}
+
 /// Runs one node on `listener` until `shutdown` completes, then closes every client with an
 /// allow-reconnect Close and returns. With `admin_listen` configured, `/metrics` is served on
 /// that address instead.
@@ -238,8 +276,13 @@ pub async fn serve_listeners(
     node: Arc<Node>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let heartbeat = tokio::spawn(node.clone().heartbeat());
     let config = node.config().clone();
+    if node.executor.in_cluster() {
+        let url = internal_url(&config, listener.local_addr()?);
+        tracing::info!(%url, "other nodes reach this node at this address");
+        node.executor.set_internal_url(url);
+    }
+    let heartbeat = tokio::spawn(node.clone().heartbeat());
     let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
     let admin_task = admin.map(|admin| {
         let (router, config, metrics) = (admin_routes(&node), config.clone(), node.metrics.clone());

@@ -61,6 +61,17 @@ pub struct Metrics {
     pub http_connections_refused: Family<ReasonLabel, Counter>,
     /// Questions to other nodes that not every node answered within `cluster.ask_timeout`.
     pub cluster_asks_incomplete: Counter,
+    /// Client transport requests passed on to the node that holds the connection, by outcome
+    /// (`ok`: the owner answered; `unreachable`: no answer from it or no such node).
+    pub cluster_requests_forwarded: Family<ReasonLabel, Counter>,
+    /// The backplane's traffic between processes, by kind (`published`, `publish_errors`,
+    /// `received`, `decode_errors`, `subscribe_errors`); copied from the backplane each second.
+    pub backplane_messages: Family<KindLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
 }
 
 impl Default for Metrics {
@@ -144,9 +155,23 @@ impl Default for Metrics {
             "Questions to other nodes that not every node answered within cluster.ask_timeout",
             cluster_asks_incomplete.clone(),
         );
+        let cluster_requests_forwarded = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "cluster_requests_forwarded",
+            "Client transport requests passed on to the node holding the connection, by outcome (ok, unreachable)",
+            cluster_requests_forwarded.clone(),
+        );
+        let backplane_messages = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "backplane_messages",
+            "Messages between processes through the backplane, by kind (published, publish_errors, received, decode_errors, subscribe_errors)",
+            backplane_messages.clone(),
+        );
         Metrics {
             registry,
+            backplane_messages,
             cluster_asks_incomplete,
+            cluster_requests_forwarded,
             http_connections,
             http_connections_refused,
             client_connections,
@@ -164,6 +189,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Brings the backplane counters up to `traffic` (the backplane keeps the totals).
+    pub fn record_backplane(&self, traffic: &switchyard_backplane::Traffic) {
+        for (kind, total) in [
+            ("published", traffic.published),
+            ("publish_errors", traffic.publish_errors),
+            ("received", traffic.received),
+            ("decode_errors", traffic.decode_errors),
+            ("subscribe_errors", traffic.subscribe_errors),
+        ] {
+            let counter = self.backplane_messages.get_or_create(&KindLabel { kind });
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();

@@ -88,6 +88,8 @@ struct QueueState {
     frames: Vec<Bytes>,
     pending_bytes: usize,
     closing: Option<CloseReason>,
+    /// Frames queue but are not handed to the writer (see [`Outbound::hold`]).
+    held: bool,
 }
 
 impl Outbound {
@@ -156,6 +158,25 @@ impl Outbound {
         }
     }
 
+    /// Keeps queued frames from the writer until [`Outbound::release`]: a connection that
+    /// has just joined a cluster-wide channel is held until its subscription is live, so the
+    /// client hears its handshake response only once messages sent to it from any node reach
+    /// it. A close is not held.
+    pub fn hold(&self) {
+        self.state.lock().held = true;
+    }
+
+    /// Hands what was held to the writer.
+    pub fn release(&self) {
+        let mut state = self.state.lock();
+        state.held = false;
+        let waiting = !state.frames.is_empty();
+        drop(state);
+        if waiting {
+            self.ready.notify_one();
+        }
+    }
+
     /// The byte budget.
     pub fn max_pending_bytes(&self) -> usize {
         self.max_pending_bytes
@@ -198,6 +219,9 @@ impl Outbound {
     /// nothing allocated on either side while idle.
     pub fn try_drain(&self, out: &mut Vec<Bytes>) -> Option<Batch> {
         let mut state = self.state.lock();
+        if state.held && state.closing.is_none() {
+            return None;
+        }
         if !state.frames.is_empty() {
             let frames = std::mem::take(&mut state.frames);
             state.pending_bytes = 0;
@@ -244,6 +268,34 @@ mod tests {
         assert_eq!(
             q.next_batch(&mut out).await,
             Batch::Close(CloseReason::ClosedByApi(None))
+        );
+    }
+
+    #[tokio::test]
+    async fn held_frames_wait_for_the_release() {
+        let q = std::sync::Arc::new(Outbound::new(100));
+        q.hold();
+        assert!(q.push(Bytes::from_static(b"a")));
+        let mut out = Vec::new();
+        assert_eq!(q.try_drain(&mut out), None);
+        let writer = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let mut out = Vec::new();
+                q.next_batch(&mut out).await;
+                out
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(!writer.is_finished());
+        q.release();
+        assert_eq!(writer.await.unwrap(), vec![Bytes::from_static(b"a")]);
+        // A close is never held.
+        q.hold();
+        q.close(CloseReason::ClosedByApi(None));
+        assert_eq!(
+            q.try_drain(&mut out),
+            Some(Batch::Close(CloseReason::ClosedByApi(None)))
         );
     }
 

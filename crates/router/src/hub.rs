@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +34,16 @@ struct UserGroups {
 pub struct GroupMember {
     pub connection: ConnectionId,
     pub user: Option<UserId>,
+}
+
+/// What [`Hub::admit`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Join {
+    Joined,
+    /// The connection is closing: the response was dropped and it did not join.
+    Closing,
+    /// Another connection of the hub has this id: it did not join.
+    IdTaken,
 }
 
 pub struct Hub {
@@ -86,6 +97,25 @@ impl Hub {
             Protocol::MessagePack => Some(&self.messagepack_count),
             Protocol::Other(_) => None,
         }
+    }
+
+    /// Queues the handshake response of a connection and registers it (see
+    /// [`Hub::add_connection`]); the response, and whatever follows it, goes to the writer once
+    /// the [`Interest`] says that messages sent to the connection from anywhere reach it, so a
+    /// client that has read its handshake response misses nothing sent to it afterwards.
+    pub fn admit(&self, connection: &Arc<Connection>, handshake_response: Bytes) -> Join {
+        let outbound = connection.outbound();
+        outbound.hold();
+        if !outbound.push(handshake_response) {
+            outbound.release();
+            return Join::Closing;
+        }
+        if !self.add_connection(connection.clone()) {
+            outbound.release();
+            return Join::IdTaken;
+        }
+        self.interest.joined(connection);
+        Join::Joined
     }
 
     /// Registers a connection whose handshake chose its protocol; it joins the groups its

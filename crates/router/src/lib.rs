@@ -22,7 +22,7 @@ mod hub;
 mod shard;
 
 pub use connection::{Batch, Connection, Outbound};
-pub use hub::{GroupMember, Hub};
+pub use hub::{GroupMember, Hub, Join};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +35,14 @@ use switchyard_core::{Answer, Channel, CloseReason, HubName, Message, Question, 
 pub trait Interest: Send + Sync {
     /// Called with an index lock held (see the lock order): never call back into the router.
     fn changed(&self, channel: Channel, interested: bool);
+
+    /// A connection joined through [`Hub::admit`], its queue held with the handshake response
+    /// in it: release it (`Outbound::release`) once the channels this node subscribed to for
+    /// it can be reached from every node. Called with no lock held. The default releases at
+    /// once (one process: a subscription is live when it is made).
+    fn joined(&self, connection: &Arc<Connection>) {
+        connection.outbound().release();
+    }
 }
 
 /// An [`Interest`] that ignores every change (tests, single-node tools).

@@ -90,6 +90,10 @@ struct SettingsArgs {
     /// This node's name in the cluster [default: generated].
     #[arg(long)]
     node_id: Option<String>,
+    /// Where the other nodes reach this one over HTTP, e.g. http://10.0.0.5:8080
+    /// [default: the bound address, or the address used to reach Redis].
+    #[arg(long, value_name = "URL")]
+    internal_url: Option<String>,
     /// Browser origin allowed to call the service (CORS), e.g. https://app.example.com;
     /// repeatable; replaces cors.allowed_origins [default: any origin].
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
@@ -183,6 +187,7 @@ fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
         ("mode", &args.mode),
         ("cluster.redis", &args.redis),
         ("cluster.node_id", &args.node_id),
+        ("cluster.internal_url", &args.internal_url),
     ] {
         if let Some(value) = value {
             overrides.push((key.to_string(), value.clone()));
@@ -258,7 +263,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     "Cluster: node {node_id} on {}",
                     switchyard_backplane_redis::redact(url)
                 );
-                Node::with_backplane(config.clone(), backplane, node_id)
+                let node = Node::with_backplane(config.clone(), backplane, node_id.clone());
+                if node.executor().id_in_use_elsewhere().await {
+                    return Err(format!(
+                        "node id {node_id:?} is already used by another node of this cluster \
+                         (same Redis and cluster.prefix): give every node its own --node-id"
+                    ));
+                }
+                node
             }
         };
         if config.development_mode() {

@@ -17,6 +17,7 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "admin_listen",
     "cluster.redis",
     "cluster.node_id",
+    "cluster.internal_url",
 ];
 
 /// Lists whose default is "unset" (a meaning of its own), so they do not appear in the

@@ -292,3 +292,62 @@ fn upstream_init_writes_a_sample_and_keeps_an_existing_one() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Joining a cluster: a Redis URL that does not parse, a Redis that does not answer and a node
+/// id another node already uses all stop the start with a clear error (never a quiet fall back
+/// to one node).
+#[test]
+fn cluster_start_errors_are_clear() {
+    fails_with(
+        &["serve", "--listen", "127.0.0.1:0", "--redis", "http://x"],
+        &[],
+        "redis:// or rediss://",
+    );
+    fails_with(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--set",
+            "cluster.internal_url=http://x/path",
+        ],
+        &[],
+        "cluster.internal_url",
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    fails_with(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            &format!("redis://:secret@127.0.0.1:{closed}"),
+        ],
+        &[],
+        "cannot reach redis",
+    );
+
+    let redis = switchyard_testkit::RedisServer::start();
+    let mut first = binary()
+        .args(["serve", "--listen", "127.0.0.1:0", "--node-id", "twin"])
+        .args(["--redis", &redis.url()])
+        .env("SWITCHYARD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    let listening = lines.any(|line| line.is_ok_and(|l| l.starts_with("Listening on")));
+    assert!(listening, "the first node started");
+    fails_with(
+        &["serve", "--listen", "127.0.0.1:0", "--node-id", "twin"],
+        &[("SWITCHYARD_CLUSTER_REDIS", &redis.url())],
+        "node id \"twin\" is already used",
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+}

@@ -7,6 +7,7 @@
 //! - `websocket`, `sse`, `longpoll`: one module per transport.
 //! - here: [`ClientConnection`], the per-client state, and request dispatch.
 
+mod forward;
 mod longpoll;
 mod negotiate;
 mod registry;
@@ -376,13 +377,19 @@ pub(crate) fn create_client(
     if clients.at_connection_limit() {
         return Err(Refusal::Full.into_error());
     }
-    let id = generate_connection_token();
-    let connection_id = ConnectionId::new(&id).expect("generated ids are valid");
-    let key = if by_token {
-        generate_connection_token()
-    } else {
-        id
+    // In a cluster the key names this node, so any node can pass later requests here.
+    let named = |random: String| match clients.executor.in_cluster() {
+        true => forward::key_naming(random, clients.executor.node_id()),
+        false => random,
     };
+    let id = generate_connection_token();
+    let key = if by_token {
+        named(generate_connection_token())
+    } else {
+        named(id.clone())
+    };
+    let connection_id =
+        ConnectionId::new(if by_token { &id } else { &key }).expect("generated ids are valid");
     let hub = clients.executor.router().hub(hub);
     let client = ClientConnection::new(clients, key, connection_id, hub, token, source);
     clients
@@ -408,6 +415,21 @@ pub(crate) fn authorize_client(
     authorize_hub(clients.executor.auth(), request, query, "/client/")
 }
 
+/// The node that holds connection `id`, when it is not this one and the request may be passed
+/// on (a request is passed on at most once).
+fn elsewhere<'a>(
+    clients: &Clients,
+    request: &axum::http::request::Parts,
+    id: &'a str,
+) -> Option<&'a str> {
+    let node = forward::node_of_key(id)?;
+    let pass_on = clients.executor.in_cluster()
+        && node != clients.executor.node_id().as_str()
+        && !request.headers.contains_key(forward::FORWARDED_BY)
+        && clients.get(id).is_none();
+    pass_on.then_some(node)
+}
+
 /// `{base}` requests: WebSocket upgrade, SSE stream, long poll, send, or delete.
 async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
@@ -420,6 +442,14 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
         .get("id")
         .filter(|id| !id.is_empty())
         .map(str::to_string);
+    if let Some(node) = id.as_deref().and_then(|id| elsewhere(&clients, &parts, id)) {
+        let request = Request::from_parts(parts, body);
+        let (executor, metrics) = (&clients.executor, clients.metrics());
+        return clients
+            .forwarder
+            .forward(executor, metrics, &hub, node, request)
+            .await;
+    }
     if parts.method == Method::GET && is_websocket_upgrade(&parts.headers) {
         let upgrade =
             match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &clients).await {

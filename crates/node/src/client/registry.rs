@@ -15,6 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{clock::unix_now, CloseReason, HubName};
 
+use super::forward::Forwarder;
 use super::{ClientConnection, Expiry};
 use crate::config::{ServiceMode, ValidConfig};
 use crate::default_mode::DefaultMode;
@@ -38,6 +39,9 @@ pub(crate) struct Clients {
     connected: AtomicUsize,
     /// Connections made by negotiate that have no transport yet, in all and per waiter.
     pending: Mutex<Pending>,
+    /// Passes requests for other nodes' connections on to them (a cluster without sticky
+    /// sessions).
+    pub(crate) forwarder: Forwarder,
 }
 
 #[derive(Default)]
@@ -110,6 +114,7 @@ impl Clients {
             owners: RandomState::new(),
             connected: AtomicUsize::new(0),
             pending: Mutex::new(Pending::default()),
+            forwarder: Forwarder::new(),
         }
     }
 

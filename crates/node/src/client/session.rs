@@ -15,6 +15,7 @@ use switchyard_hub_protocol::{
     encode_close, handshake, message_type, peek, Format, FrameSplitter, HandshakeError,
     RECORD_SEPARATOR,
 };
+use switchyard_router::Join;
 
 use super::{ClientConnection, Clients, Transport};
 use crate::default_mode::{Forwarded, LinkedClient};
@@ -244,13 +245,17 @@ impl ClientConnection {
                 .map(|()| Some((FrameSplitter::new(format, max), true)));
         }
         self.connection.set_protocol(protocol);
-        self.connection
-            .outbound()
-            .push(Bytes::from_static(handshake::RESPONSE_OK));
-        if !self.hub.add_connection(self.connection.clone()) {
-            return Err(CloseReason::ProtocolError(
-                "connection id already in use".into(),
-            ));
+        match self
+            .hub
+            .admit(&self.connection, Bytes::from_static(handshake::RESPONSE_OK))
+        {
+            Join::Joined => {}
+            Join::Closing => return Err(CloseReason::ClientClosed),
+            Join::IdTaken => {
+                return Err(CloseReason::ProtocolError(
+                    "connection id already in use".into(),
+                ))
+            }
         }
         // The connection may have been finished (stream dropped, DELETE, timeout) while this
         // handshake ran; finishing removes it from the hub only if it was already added.

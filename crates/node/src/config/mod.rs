@@ -69,6 +69,10 @@ pub struct Cluster {
     /// counts as "not there". Default 2s.
     #[serde(with = "humantime_serde")]
     pub ask_timeout: Duration,
+    /// Where the other nodes reach this node over HTTP (`http://host:port`), to pass on
+    /// transport requests that a load balancer sent to the wrong node. Default: the bound
+    /// address, or, when bound to all interfaces, the address this host uses to reach Redis.
+    pub internal_url: Option<String>,
 }
 
 impl Default for Cluster {
@@ -78,6 +82,7 @@ impl Default for Cluster {
             node_id: None,
             prefix: "sy".into(),
             ask_timeout: Duration::from_secs(2),
+            internal_url: None,
         }
     }
 }
@@ -111,6 +116,21 @@ impl Cluster {
                 "cluster.ask_timeout must be between 10ms and 60s (got {})",
                 humantime::format_duration(self.ask_timeout)
             ));
+        }
+        if let Some(url) = &self.internal_url {
+            let parsed = url::Url::parse(url).ok();
+            let plain = parsed.as_ref().is_some_and(|u| {
+                u.scheme() == "http"
+                    && u.host_str().is_some()
+                    && u.path() == "/"
+                    && u.query().is_none()
+                    && u.username().is_empty()
+            });
+            if !plain {
+                return Err(format!(
+                    "cluster.internal_url {url:?} must be http://host[:port] with no path"
+                ));
+            }
         }
         if let Some(url) = &self.redis {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {

@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::CloseReason;
 use switchyard_hub_protocol::{handshake, Format, FrameError, FrameSplitter, RECORD_SEPARATOR};
+use switchyard_router::Join;
 use switchyard_service_protocol::{
     CloseConnection, ConnectionData, Extensions, Headers, OpenConnection, ServiceEvent,
     ServiceMessage,
@@ -289,25 +290,30 @@ impl DefaultLink {
             let response = data.split_to(end + 1);
             searched = 0;
             let refused = matches!(handshake::parse_response(&response), Ok(Some((Some(_), _))));
-            if !client.connection().outbound().push(response) {
-                // The client is closing: its close path answers the handshake with the reason.
-                self.relay = BytesMut::new();
-                return Ok(());
-            }
-            self.awaiting_handshake_response = false;
             if refused {
                 // The client reads the error and closes; nothing more goes to it.
+                client.connection().outbound().push(response);
+                self.awaiting_handshake_response = false;
                 self.relay = BytesMut::new();
                 return Ok(());
             }
-            client.mark_handshake_done();
             // Only now does the client join its hub: nothing the router sends (broadcasts,
             // groups, REST) may reach it before its handshake response.
-            if !client.hub().add_connection(client.connection().clone()) {
-                return Err(CloseReason::ProtocolError(
-                    "connection id already in use".into(),
-                ));
+            match client.hub().admit(client.connection(), response) {
+                Join::Joined => {}
+                Join::Closing => {
+                    // Its close path answers the handshake with the reason.
+                    self.relay = BytesMut::new();
+                    return Ok(());
+                }
+                Join::IdTaken => {
+                    return Err(CloseReason::ProtocolError(
+                        "connection id already in use".into(),
+                    ))
+                }
             }
+            self.awaiting_handshake_response = false;
+            client.mark_handshake_done();
             // Finishing removes the client from the hub only if it was already added.
             if client.is_finished() {
                 client.hub().remove_connection(client.connection().id());

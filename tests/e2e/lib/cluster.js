@@ -1,0 +1,200 @@
+'use strict';
+// A cluster on one machine for the tests: a real redis-server, N `switchyard serve --redis`
+// nodes, and a real nginx in front of them that balances round-robin with no sticky sessions.
+// Every process listens on 127.0.0.1, on a free port, and is stopped by stop().
+
+const { spawn, execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const { startService, stopProcess, childEnv } = require('./service');
+
+const START_TIMEOUT_MS = 10000;
+
+/** A port nothing listens on right now (the OS's choice for port 0). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function answers(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.on('error', () => resolve(false));
+  });
+}
+
+async function waitUntilListening(port, what, proc) {
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (!(await answers(port))) {
+    if (proc.exited) throw new Error(`${what} exited early: ${JSON.stringify(proc.exitInfo)}\n${proc.log()}`);
+    if (Date.now() > deadline) throw new Error(`${what} did not listen on ${port} within ${START_TIMEOUT_MS} ms\n${proc.log()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** A child process with the shape stopProcess() takes, and its output kept for errors. */
+function managed(child, name) {
+  const proc = { child, name, exited: false, exitInfo: undefined, tail: [] };
+  proc.log = () => proc.tail.join('');
+  const keep = (chunk) => {
+    proc.tail.push(chunk.toString());
+    if (proc.tail.length > 100) proc.tail.shift();
+  };
+  if (child.stdout) child.stdout.on('data', keep);
+  if (child.stderr) child.stderr.on('data', keep);
+  proc.exitPromise = new Promise((resolve) => {
+    child.on('exit', (code, signal) => {
+      proc.exited = true;
+      proc.exitInfo = { code, signal };
+      resolve(proc.exitInfo);
+    });
+  });
+  child.on('error', (e) => keep(`spawn error: ${e.message}\n`));
+  return proc;
+}
+
+function need(command, apt) {
+  try {
+    execFileSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' });
+  } catch {
+    throw new Error(`${command} is needed by the cluster tests: install Debian's ${apt} package (scripts/test.sh does)`);
+  }
+}
+
+async function startRedis(dir) {
+  need('redis-server', 'redis-server');
+  const port = await freePort();
+  const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const proc = managed(child, 'redis-server');
+  await waitUntilListening(port, 'redis-server', proc);
+  proc.url = `redis://127.0.0.1:${port}`;
+  return proc;
+}
+
+/** nginx in the foreground with its own prefix directory, round-robin over `upstreams`. */
+async function startNginx(dir, port, upstreams) {
+  const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => fs.existsSync(p));
+  if (!nginx) need('nginx', 'nginx-light (or nginx)');
+  const conf = `
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+daemon off;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  map $http_upgrade $connection_upgrade { default upgrade; '' ''; }
+  # Plain round-robin: no ip_hash, no sticky cookie. Any request may reach any node.
+  upstream switchyard { ${upstreams.map((u) => `server ${u};`).join(' ')} }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://switchyard;
+      proxy_http_version 1.1;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $connection_upgrade;
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      # Server-Sent Events and long polls stream; hold them as long as the service does.
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 300s;
+      proxy_send_timeout 300s;
+    }
+  }
+}
+`;
+  const confPath = path.join(dir, 'nginx.conf');
+  fs.writeFileSync(confPath, conf);
+  const child = spawn(nginx || 'nginx', ['-p', dir, '-c', confPath, '-e', path.join(dir, 'error.log')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const proc = managed(child, 'nginx');
+  proc.log = () => {
+    let errors = '';
+    try {
+      errors = fs.readFileSync(path.join(dir, 'error.log'), 'utf8');
+    } catch {
+      // not written yet
+    }
+    return proc.tail.join('') + errors;
+  };
+  await waitUntilListening(port, 'nginx', proc);
+  return proc;
+}
+
+/**
+ * Starts redis-server, `nodes` switchyard nodes sharing it (node ids n1…), and nginx before
+ * them. Returns { lb, nodes, redis, stop() }; `lb` has the shape the cases take as a service
+ * (baseUrl, accessKey, token()), with every URL pointing at the load balancer.
+ */
+async function startCluster({ nodes: count = 3, extraArgs = [] } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-cluster-'));
+  const parts = [];
+  const stop = async () => {
+    await Promise.all(parts.map((p) => stopProcess(p).catch(() => {})));
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const redis = await startRedis(dir);
+    parts.push(redis);
+    const lbPort = await freePort();
+    const lbUrl = `http://127.0.0.1:${lbPort}`;
+    const nodes = [];
+    for (let i = 1; i <= count; i += 1) {
+      const node = await startService([
+        '--redis', redis.url,
+        '--node-id', `n${i}`,
+        '--public-endpoint', lbUrl,
+        ...extraArgs,
+      ]);
+      node.nodeId = `n${i}`;
+      parts.push(node);
+      nodes.push(node);
+    }
+    const nginx = await startNginx(dir, lbPort, nodes.map((n) => `127.0.0.1:${n.port}`));
+    parts.push(nginx);
+    const lb = Object.create(Object.getPrototypeOf(nodes[0]));
+    Object.assign(lb, nodes[0], { baseUrl: lbUrl, port: lbPort });
+    return { lb, nodes, redis, nginx, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
+
+/** The value of a counter or gauge (summed over its label sets matching `labels`) on a node. */
+async function metric(node, name, labels = {}) {
+  const res = await fetch(`${node.baseUrl}/metrics`, { signal: AbortSignal.timeout(5000) });
+  const text = await res.text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? ([0-9.eE+-]+)/.exec(line);
+    if (!m || (m[1] !== name && m[1] !== `${name}_total`)) continue;
+    const have = Object.fromEntries([...(m[3] || '').matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[4]);
+  }
+  return sum;
+}
+
+module.exports = { startCluster, metric, freePort, childEnv };
