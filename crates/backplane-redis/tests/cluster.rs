@@ -209,3 +209,89 @@ fn wrong_or_unreachable_clusters_are_clear_errors() {
         .to_string();
     assert!(message.contains("prefix"), "{message}");
 }
+
+/// A hub's slot moves to another master (resharding): the subscriber, told by Redis that its
+/// subscription is gone, follows it to the new master, and the publisher, redirected with
+/// MOVED, publishes there; nothing is delivered twice.
+#[test]
+fn a_moved_slot_is_followed_by_subscribers_and_publishers() {
+    let cluster = RedisCluster::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let near = connect(&runtime, cluster.url(), "sy");
+    let far = connect(&runtime, cluster.url(), "sy");
+    let node = "a".to_string();
+    let recorder = Arc::new(Recorder::default());
+    near.attach(&node, recorder.clone());
+    let hub = hub(0);
+    let channel = Channel::Hub(hub.clone());
+    near.subscribe(&node, &channel);
+    runtime.block_on(near.barrier(&node));
+    far.publish(std::slice::from_ref(&channel), numbered(&hub, 0));
+    assert_eq!(recorder.wait_for(1).len(), 1);
+
+    // Where the hub's channel lives, and a master to move its slot to.
+    let masters = cluster.masters();
+    let suffix = format!(":h:{hub}");
+    let (from, name) = masters
+        .iter()
+        .find_map(|m| {
+            let channels = m.cli(&["PUBSUB", "SHARDCHANNELS", "sy:*"]);
+            let name = channels.lines().find(|c| c.ends_with(&suffix))?.to_string();
+            Some((*m, name))
+        })
+        .expect("the hub's channel is subscribed somewhere");
+    let to = *masters.iter().find(|m| m.port != from.port).unwrap();
+    let slot = from.cli(&["CLUSTER", "KEYSLOT", &name]);
+    let from_id = from.cli(&["CLUSTER", "MYID"]);
+    let to_id = to.cli(&["CLUSTER", "MYID"]);
+    assert_eq!(
+        to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    for master in [to, from] {
+        assert_eq!(
+            master.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]),
+            "OK"
+        );
+    }
+    for other in masters
+        .iter()
+        .filter(|m| m.port != from.port && m.port != to.port)
+    {
+        assert_eq!(
+            other.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]),
+            "OK"
+        );
+    }
+
+    // The subscriber follows the slot.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !to
+        .cli(&["PUBSUB", "SHARDCHANNELS", "sy:*"])
+        .lines()
+        .any(|c| c == name)
+    {
+        assert!(Instant::now() < deadline, "the subscription did not move");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The publisher follows the redirection.
+    for n in 1..=20 {
+        far.publish(std::slice::from_ref(&channel), numbered(&hub, n));
+    }
+    let got = recorder.wait_for(21);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(recorder.received.lock().len(), 21, "{got:?}");
+    for (n, message) in got.iter().enumerate() {
+        assert_eq!(**message, *numbered(&hub, n), "message {n}");
+    }
+    assert_eq!(
+        far.stats()
+            .publish_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
