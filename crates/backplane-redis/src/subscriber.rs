@@ -290,17 +290,12 @@ impl Shards {
             let mut moved = Vec::new();
             for (addr, names) in parts {
                 let mut connection = self.connection(&addr).await?;
-                let mut previous = Vec::new();
-                {
-                    let mut placed = self.reader.placed.lock();
-                    for name in &names {
-                        if let Some(old) = placed.insert(name.clone(), addr.clone()) {
-                            if old != addr {
-                                previous.push((old, name.clone()));
-                            }
-                        }
-                    }
-                }
+                // A name placed on another master before: its slot moved, and Redis drops the
+                // shard channels of a slot a master gives up (or that master is gone).
+                self.reader
+                    .placed
+                    .lock()
+                    .extend(names.iter().map(|n| (n.clone(), addr.clone())));
                 let answers = pipeline("SSUBSCRIBE", &names)
                     .query_async::<Vec<Value>>(&mut connection)
                     .await?;
@@ -316,15 +311,6 @@ impl Shards {
                         }
                         Value::ServerError(error) => return Err(error.into()),
                         _ => {}
-                    }
-                }
-                // A name that lived on another master before (its slot moved): that master
-                // has dropped it already or drops it now.
-                for (old, name) in previous {
-                    if let Some(mut connection) = self.connections.get(&old).cloned() {
-                        let _ = pipeline("SUNSUBSCRIBE", &[name])
-                            .query_async::<Vec<Value>>(&mut connection)
-                            .await;
                     }
                 }
             }
@@ -376,6 +362,11 @@ impl Shards {
 
     async fn resync(&mut self) -> redis::RedisResult<()> {
         self.cluster().refresh().await;
+        // Connections to nodes that no longer serve slots carry nothing (and a barrier
+        // should not wait on them).
+        let topology = self.cluster().topology();
+        self.connections
+            .retain(|addr, _| topology.masters().contains(addr));
         let names: Vec<String> = self.wanted.iter().cloned().collect();
         self.subscribe(names).await
     }

@@ -176,8 +176,9 @@ impl Cluster {
         addr: &Addr,
     ) -> redis::RedisResult<Result<Topology, DiscoveryError>> {
         let client = self.client(addr)?;
+        // A master that is gone must not hold up a refresh for long.
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(self.timeout.min(Duration::from_secs(3))))
             .set_response_timeout(Some(self.timeout));
         let mut connection = client
             .get_multiplexed_async_connection_with_config(&config)
