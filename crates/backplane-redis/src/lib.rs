@@ -4,21 +4,31 @@
 //! # Layout
 //! - [`RedisBackplane`]: one per process. It delivers to its own attached nodes directly
 //!   (local first, no Redis round trip) and publishes for the others.
-//! - `shared`: settings, counters and the Redis client the parts share.
-//! - `subscriber`: one Redis connection per attached node, its subscriptions and its reader.
-//! - `publisher`: one ordered task and connection that pipelines publishes.
+//! - `shared`: settings, counters and the Redis client (or cluster) the parts share.
+//! - `naming`: channel names; on a Redis Cluster, their hash tags and slots.
+//! - `topology`: Redis Cluster URLs, masters and slot ownership (`CLUSTER SLOTS`).
+//! - `subscriber`: per attached node, one Redis connection (one per master on a cluster), its
+//!   subscriptions and its reader.
+//! - `publisher`: one ordered task that pipelines publishes (one connection, or one per
+//!   master).
 //!
 //! Order: a process's publishes go out on one connection in the order they were made, and each
 //! node reads one subscriber connection, so one publisher's messages reach a node in order.
+//! On a Redis Cluster (`redis-cluster://`, sharded pub/sub) that holds per hub: every channel
+//! of a hub, and every message of a hub on `All` or `Node`, shares one slot (see `naming`),
+//! so it travels on one connection each way.
 //! A message published on several channels is encoded once; receivers drop the extra copies
-//! (they arrive back to back on the subscriber connection) and their own echoes, except asks,
-//! which skip local delivery so that every node Redis counts reads them from Redis.
+//! (they arrive back to back on the subscriber connection of their slot) and their own echoes,
+//! except asks, which skip local delivery so that every node Redis counts reads them from
+//! Redis.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+mod naming;
 mod publisher;
 mod shared;
 mod subscriber;
+mod topology;
 
 pub use shared::{RedisBackplaneError, RedisSettings, Stats};
 
@@ -34,9 +44,11 @@ use switchyard_core::{Channel, Message};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+use crate::naming::Naming;
 use crate::publisher::Outgoing;
-use crate::shared::Shared;
+use crate::shared::{Mode, Shared};
 use crate::subscriber::Command;
+use crate::topology::{Cluster, DiscoveryError};
 
 pub struct RedisBackplane {
     shared: Arc<Shared>,
@@ -57,25 +69,53 @@ impl RedisBackplane {
     /// Connects to Redis (and fails if it cannot) and starts the publisher. Must run inside a
     /// tokio runtime; the backplane's tasks run on it.
     pub async fn connect(settings: RedisSettings) -> Result<Arc<Self>, RedisBackplaneError> {
+        let url = redact(&settings.url);
         let url_error = |reason: String| RedisBackplaneError::Url {
-            url: redact(&settings.url),
+            url: url.clone(),
             reason,
         };
-        let info = settings
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| url_error(e.to_string()))?;
-        // RESP3 delivers pub/sub messages as pushes on an ordinary multiplexed connection.
-        let resp3 = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(resp3))
-            .map_err(|e| url_error(e.to_string()))?;
+        let (mode, naming) = if topology::is_cluster_url(&settings.url) {
+            if settings.prefix.contains(['{', '}']) {
+                return Err(RedisBackplaneError::Prefix {
+                    prefix: settings.prefix,
+                });
+            }
+            let cluster = Cluster::connect(&settings.url, settings.response_timeout)
+                .await
+                .map_err(|error| match error {
+                    DiscoveryError::Url(reason) => url_error(reason),
+                    DiscoveryError::Unreachable(reason) => RedisBackplaneError::Connect {
+                        url: url.clone(),
+                        reason,
+                    },
+                    DiscoveryError::NotCluster => {
+                        RedisBackplaneError::NotCluster { url: url.clone() }
+                    }
+                    DiscoveryError::Incomplete(reason) => RedisBackplaneError::ClusterNotReady {
+                        url: url.clone(),
+                        reason,
+                    },
+                })?;
+            (Mode::Cluster(cluster), Naming::Sharded)
+        } else {
+            let info = settings
+                .url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| url_error(e.to_string()))?;
+            // RESP3 delivers pub/sub messages as pushes on an ordinary multiplexed connection.
+            let resp3 = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            let client = redis::Client::open(info.set_redis_settings(resp3))
+                .map_err(|e| url_error(e.to_string()))?;
+            (Mode::Single(client), Naming::Plain)
+        };
         let shared = Arc::new(Shared {
             settings,
-            client,
+            mode,
+            naming,
             origin: rand::random(),
             seq: AtomicU64::new(0),
             stats: Stats::default(),
@@ -84,7 +124,7 @@ impl RedisBackplane {
             publisher::connect(&shared)
                 .await
                 .map_err(|e| RedisBackplaneError::Connect {
-                    url: redact(&shared.settings.url),
+                    url: url.clone(),
                     reason: e.to_string(),
                 })?;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -101,8 +141,18 @@ impl RedisBackplane {
         &self.shared.stats
     }
 
-    fn name(&self, channel: &Channel) -> String {
-        envelope::channel_name(&self.shared.settings.prefix, channel)
+    /// The names a node subscribes to for `channel`.
+    fn names(&self, channel: &Channel) -> Vec<String> {
+        let shared = &self.shared;
+        shared.naming.subscription(&shared.settings.prefix, channel)
+    }
+
+    /// The name `message` is published under on `channel`.
+    fn name(&self, channel: &Channel, message: &Message) -> String {
+        let shared = &self.shared;
+        shared
+            .naming
+            .publication(&shared.settings.prefix, channel, message.hub())
     }
 
     fn command(&self, node: &NodeId, command: Command) {
@@ -117,7 +167,7 @@ impl Backplane for RedisBackplane {
         let (tx, rx) = mpsc::unbounded_channel();
         let implicit = [Channel::Node(node.clone()), Channel::All];
         for channel in &implicit {
-            let _ = tx.send(Command::Subscribe(self.name(channel)));
+            let _ = tx.send(Command::Subscribe(self.names(channel)));
         }
         let live = Arc::new(AtomicBool::new(true));
         self.runtime.spawn(subscriber::run(
@@ -150,21 +200,21 @@ impl Backplane for RedisBackplane {
     }
 
     fn subscribe(&self, node: &NodeId, channel: &Channel) {
-        let name = self.name(channel);
+        let names = self.names(channel);
         let mut nodes = self.nodes.write();
         if let Some(local) = nodes.get_mut(node) {
             if local.channels.insert(channel.clone()) {
-                let _ = local.commands.send(Command::Subscribe(name));
+                let _ = local.commands.send(Command::Subscribe(names));
             }
         }
     }
 
     fn unsubscribe(&self, node: &NodeId, channel: &Channel) {
-        let name = self.name(channel);
+        let names = self.names(channel);
         let mut nodes = self.nodes.write();
         if let Some(local) = nodes.get_mut(node) {
             if local.channels.remove(channel) {
-                let _ = local.commands.send(Command::Unsubscribe(name));
+                let _ = local.commands.send(Command::Unsubscribe(names));
             }
         }
     }
@@ -187,7 +237,7 @@ impl Backplane for RedisBackplane {
             seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
         };
         let bytes = envelope::encode(stamp, &message);
-        let names = channels.iter().map(|c| self.name(c)).collect();
+        let names = channels.iter().map(|c| self.name(c, &message)).collect();
         let _ = self.publisher.send(Outgoing {
             names,
             bytes,
@@ -204,7 +254,7 @@ impl Backplane for RedisBackplane {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sent = self.publisher.send(Outgoing {
-            names: vec![self.name(channel)],
+            names: vec![self.name(channel, &message)],
             bytes: envelope::encode(stamp, &message),
             receipt: Some(tx),
         });
@@ -239,13 +289,52 @@ impl Backplane for RedisBackplane {
     }
 }
 
-/// The URL without its password, for messages and logs.
+/// The URL without its password, for messages and logs (cluster URLs too).
 pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
+    if !topology::is_cluster_url(url) {
+        if let Ok(mut parsed) = url::Url::parse(url) {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+                return parsed.to_string();
+            }
+            return url.to_string();
         }
-        _ => url.to_string(),
+    }
+    // By hand: `scheme://[user[:password]@]hosts[/…][?…]`, where hosts may be a list.
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{hosts}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("redis://u:pw@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact("redis-cluster://u:pw@h1:1,h2:2/?x=1"),
+            "redis-cluster://u:***@h1:1,h2:2/?x=1"
+        );
+        assert_eq!(
+            redact("rediss-cluster://:p@ss@h1:1"),
+            "rediss-cluster://:***@h1:1"
+        );
+        assert_eq!(
+            redact("redis-cluster://h1:1,h2:2"),
+            "redis-cluster://h1:1,h2:2"
+        );
+        assert_eq!(redact("not a url :pw@x"), "not a url :pw@x");
     }
 }

@@ -1,16 +1,27 @@
-//! One task publishes every envelope of this process, in order, on one connection: batches
-//! of whatever is queued go out as one pipeline.
+//! One task publishes every envelope of this process, in order: batches of whatever is queued
+//! go out as one pipeline. On one Redis that is one connection (PUBLISH); on a Redis Cluster
+//! it is one connection per master (SPUBLISH), each batch split by the master owning each
+//! name's slot, the parts sent together and the next batch only after all of them answered.
+//! All of a hub's names share one slot, so a hub's envelopes keep their order.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ServerErrorKind, Value};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
-use crate::shared::{count, Shared};
+use crate::naming;
+use crate::shared::{count, Mode, Shared};
+use crate::topology::{Addr, Cluster};
 
 /// Publishes at most this many envelopes per pipeline, so one round trip stays short.
 const MAX_BATCH: usize = 256;
+
+/// How often one envelope follows a redirection (the slot moved) before it counts as lost.
+const MAX_REDIRECTS: usize = 3;
 
 pub(crate) struct Outgoing {
     pub(crate) names: Vec<String>,
@@ -19,18 +30,59 @@ pub(crate) struct Outgoing {
     pub(crate) receipt: Option<oneshot::Sender<Option<usize>>>,
 }
 
-pub(crate) async fn connect(shared: &Shared) -> redis::RedisResult<ConnectionManager> {
+/// The publisher's connections.
+pub(crate) enum Connections {
+    Single(ConnectionManager),
+    /// One per master, made when first needed.
+    Cluster(HashMap<Addr, ConnectionManager>),
+}
+
+async fn manager(shared: &Shared, client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
     let config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(shared.settings.response_timeout))
         .set_connection_timeout(Some(shared.settings.response_timeout))
         .set_number_of_retries(0);
-    shared
-        .client
-        .get_connection_manager_with_config(config)
-        .await
+    client.get_connection_manager_with_config(config).await
+}
+
+/// Connects to the Redis, or to every master of the cluster, so that one that cannot be
+/// reached shows at start.
+pub(crate) async fn connect(shared: &Shared) -> redis::RedisResult<Connections> {
+    match &shared.mode {
+        Mode::Single(client) => Ok(Connections::Single(manager(shared, client).await?)),
+        Mode::Cluster(cluster) => {
+            let mut connections = HashMap::new();
+            for addr in cluster.topology().masters() {
+                let connection = manager(shared, &cluster.client(addr)?)
+                    .await
+                    .map_err(|e| with_master(e, addr))?;
+                connections.insert(addr.clone(), connection);
+            }
+            Ok(Connections::Cluster(connections))
+        }
+    }
+}
+
+fn with_master(error: redis::RedisError, addr: &Addr) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "cannot reach a cluster master",
+        format!("{addr}: {error}"),
+    ))
 }
 
 pub(crate) async fn run(
+    shared: Arc<Shared>,
+    connections: Connections,
+    queue: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    match connections {
+        Connections::Single(connection) => run_single(shared, connection, queue).await,
+        Connections::Cluster(connections) => run_cluster(shared, connections, queue).await,
+    }
+}
+
+async fn run_single(
     shared: Arc<Shared>,
     mut connection: ConnectionManager,
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
@@ -68,4 +120,169 @@ pub(crate) async fn run(
             }
         }
     }
+}
+
+/// One name of one envelope of the batch: (envelope, name) indexes.
+type Entry = (usize, usize);
+
+/// Whether Redis refused a command because its slot is (being) served elsewhere: the
+/// command was not executed, so sending it again after a refresh delivers it once.
+fn redirected(error: &redis::ServerError) -> bool {
+    matches!(
+        error.kind(),
+        Some(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+        )
+    )
+}
+
+async fn run_cluster(
+    shared: Arc<Shared>,
+    mut connections: HashMap<Addr, ConnectionManager>,
+    mut queue: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    let Mode::Cluster(cluster) = &shared.mode else {
+        unreachable!("cluster connections without a cluster")
+    };
+    let mut batch: Vec<Outgoing> = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let mut reached: Vec<Option<usize>> = vec![None; batch.len()];
+        let mut failed = vec![false; batch.len()];
+        let mut todo: Vec<Entry> = batch
+            .iter()
+            .enumerate()
+            .flat_map(|(i, outgoing)| (0..outgoing.names.len()).map(move |n| (i, n)))
+            .collect();
+        let mut lost_connection = false;
+        for attempt in 0..=MAX_REDIRECTS {
+            let mut parts = JoinSet::new();
+            for (addr, entries) in split_by_master(cluster, &batch, todo) {
+                let connection = match connections.get(&addr) {
+                    Some(connection) => connection.clone(),
+                    None => match cluster.client(&addr) {
+                        Ok(client) => match manager(&shared, &client).await {
+                            Ok(connection) => {
+                                connections.insert(addr.clone(), connection.clone());
+                                connection
+                            }
+                            Err(error) => {
+                                tracing::warn!(%addr, %error, "cannot reach a redis cluster master");
+                                entries.iter().for_each(|(i, _)| failed[*i] = true);
+                                lost_connection = true;
+                                continue;
+                            }
+                        },
+                        Err(error) => {
+                            tracing::warn!(%addr, %error, "bad redis cluster master address");
+                            entries.iter().for_each(|(i, _)| failed[*i] = true);
+                            continue;
+                        }
+                    },
+                };
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for (i, n) in &entries {
+                    let outgoing = &batch[*i];
+                    pipe.cmd("SPUBLISH")
+                        .arg(&outgoing.names[*n])
+                        .arg(outgoing.bytes.as_ref());
+                }
+                let mut connection = connection;
+                parts.spawn(async move {
+                    let answers = pipe.query_async::<Vec<Value>>(&mut connection).await;
+                    (addr, entries, answers)
+                });
+            }
+            let mut again: Vec<Entry> = Vec::new();
+            while let Some(part) = parts.join_next().await {
+                let Ok((addr, entries, answers)) = part else {
+                    continue; // the runtime is shutting down
+                };
+                match answers {
+                    Ok(answers) if answers.len() == entries.len() => {
+                        for ((i, n), answer) in entries.into_iter().zip(answers) {
+                            match answer {
+                                Value::Int(subscribers) => {
+                                    reached[i] = usize::try_from(subscribers).ok();
+                                }
+                                Value::ServerError(error) if redirected(&error) => {
+                                    again.push((i, n));
+                                }
+                                other => {
+                                    tracing::warn!(%addr, answer = ?other, "redis refused a publish");
+                                    failed[i] = true;
+                                }
+                            }
+                        }
+                    }
+                    Ok(_) => {
+                        tracing::warn!(%addr, "redis answered a publish pipeline short");
+                        entries.iter().for_each(|(i, _)| failed[*i] = true);
+                    }
+                    // Not retried: some of it may have been published already.
+                    Err(error) => {
+                        tracing::warn!(%addr, %error, lost = entries.len(), "redis publish failed");
+                        entries.iter().for_each(|(i, _)| failed[*i] = true);
+                        lost_connection = true;
+                    }
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            if attempt == MAX_REDIRECTS {
+                tracing::warn!(
+                    lost = again.len(),
+                    "redis cluster kept redirecting publishes"
+                );
+                again.iter().for_each(|(i, _)| failed[*i] = true);
+                break;
+            }
+            // Publish order within the batch, which is a hub's order.
+            again.sort_unstable();
+            cluster.refresh().await;
+            todo = again;
+        }
+        if lost_connection {
+            // A master may have failed over: look again, without holding up the queue.
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if let Mode::Cluster(cluster) = &shared.mode {
+                    cluster.refresh().await;
+                }
+            });
+        }
+        for (i, outgoing) in batch.drain(..).enumerate() {
+            if failed[i] {
+                count(&shared.stats.publish_errors);
+                continue; // an ask's receipt is dropped: it resolves to None
+            }
+            count(&shared.stats.published);
+            if let Some(receipt) = outgoing.receipt {
+                let _ = receipt.send(reached[i]);
+            }
+        }
+    }
+}
+
+/// Groups entries by the master owning their name's slot, keeping their order.
+fn split_by_master(
+    cluster: &Cluster,
+    batch: &[Outgoing],
+    entries: Vec<Entry>,
+) -> Vec<(Addr, Vec<Entry>)> {
+    let topology = cluster.topology();
+    let mut parts: Vec<(Addr, Vec<Entry>)> = Vec::new();
+    for (i, n) in entries {
+        let slot = naming::slot(batch[i].names[n].as_bytes());
+        let addr = topology.master(slot);
+        match parts.iter_mut().find(|(a, _)| a == addr) {
+            Some((_, part)) => part.push((i, n)),
+            None => parts.push((addr.clone(), vec![(i, n)])),
+        }
+    }
+    parts
 }

@@ -1,12 +1,18 @@
-//! What the backplane's parts share: settings, counters, the Redis client. A leaf module.
+//! What the backplane's parts share: settings, counters, the Redis client (or the cluster's
+//! topology and clients).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::naming::Naming;
+use crate::topology::Cluster;
+
 /// Settings of a Redis backplane.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
-    /// `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS.
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS; for a Redis Cluster
+    /// `redis-cluster://[user:password@]host:port,host:port,…` (seed nodes) or
+    /// `rediss-cluster://…` for TLS.
     pub url: String,
     /// Prefix of every channel name, so several clusters can share one Redis.
     pub prefix: String,
@@ -31,6 +37,15 @@ pub enum RedisBackplaneError {
     Url { url: String, reason: String },
     #[error("cannot reach redis at {url}: {reason}")]
     Connect { url: String, reason: String },
+    #[error(
+        "redis at {url} is not in cluster mode (cluster support disabled): \
+         use a redis:// URL for a single Redis, or enable cluster mode"
+    )]
+    NotCluster { url: String },
+    #[error("redis cluster at {url} is not ready: {reason}")]
+    ClusterNotReady { url: String, reason: String },
+    #[error("the channel prefix {prefix:?} may not contain '{{' or '}}' on a Redis Cluster")]
+    Prefix { prefix: String },
 }
 
 /// What the backplane did, for metrics.
@@ -48,10 +63,17 @@ pub struct Stats {
     pub subscribe_errors: AtomicU64,
 }
 
+/// One Redis, or a Redis Cluster.
+pub(crate) enum Mode {
+    Single(redis::Client),
+    Cluster(Cluster),
+}
+
 /// What the publisher and the subscribers share.
 pub(crate) struct Shared {
     pub(crate) settings: RedisSettings,
-    pub(crate) client: redis::Client,
+    pub(crate) mode: Mode,
+    pub(crate) naming: Naming,
     /// Names this process's envelopes; random per start, so a restarted node is new.
     pub(crate) origin: u64,
     pub(crate) seq: AtomicU64,

@@ -1,31 +1,41 @@
-//! One Redis connection per attached node: its subscriptions, and the reader that applies what
-//! arrives. Subscribe and unsubscribe commands go through one ordered queue, so a channel's
-//! subscribe and unsubscribe never overtake each other; a barrier answers once every command
-//! before it is live in Redis.
+//! Each attached node's subscriptions, and the reader that applies what arrives. On one Redis
+//! that is one connection; on a Redis Cluster, one connection per master the node has
+//! subscriptions on (SSUBSCRIBE on the master owning each name's slot). Subscribe and
+//! unsubscribe commands go through one ordered queue, so a channel's subscribe and unsubscribe
+//! never overtake each other; a barrier answers once every command before it is live in Redis
+//! and, on a cluster, once every one of the node's connections has answered a PING, so that
+//! what Redis sent on any of them before has been read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use redis::aio::ConnectionManagerConfig;
-use redis::{PushInfo, PushKind, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{PushInfo, PushKind, ServerErrorKind, Value};
 use switchyard_backplane::envelope;
 use switchyard_backplane::{NodeId, Sink};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
-use crate::shared::{count, Shared};
+use crate::naming;
+use crate::shared::{count, Mode, Shared};
+use crate::topology::{Addr, Cluster};
 
 pub(crate) enum Command {
-    Subscribe(String),
-    Unsubscribe(String),
+    Subscribe(Vec<String>),
+    Unsubscribe(Vec<String>),
     Barrier(oneshot::Sender<()>),
 }
 
-/// Subscribes or unsubscribes at most this many channels per Redis command.
+/// Subscribes or unsubscribes at most this many commands' names per batch.
 const MAX_BATCH: usize = 512;
+
+/// How often one subscription follows a redirection (its slot moved) before the batch is
+/// retried from the start.
+const MAX_REDIRECTS: usize = 3;
 
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -34,46 +44,53 @@ pub(crate) async fn run(
     live: Arc<AtomicBool>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let reader = Reader {
+    let (resync, mut resyncs) = mpsc::unbounded_channel();
+    let reader = Arc::new(Reader {
         shared: shared.clone(),
         sink,
         live,
         last_seq: Mutex::new(HashMap::new()),
+        placed: Arc::new(Mutex::new(HashMap::new())),
+        resync,
+    });
+    let mut link = match &shared.mode {
+        Mode::Single(client) => {
+            let Some(connection) = connect_single(&shared, &node, client, &reader, &commands).await
+            else {
+                return; // detached before Redis answered
+            };
+            Link::Single(connection)
+        }
+        Mode::Cluster(_) => Link::Sharded(Shards {
+            shared: shared.clone(),
+            reader: reader.clone(),
+            connections: HashMap::new(),
+            wanted: HashSet::new(),
+        }),
     };
-    let config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(shared.settings.response_timeout))
-        .set_connection_timeout(Some(shared.settings.response_timeout))
-        .set_automatic_resubscription()
-        .set_push_sender(move |push: PushInfo| {
-            reader.push(push);
-            Ok::<(), ()>(())
-        });
-    let mut connection = loop {
-        match shared
-            .client
-            .get_connection_manager_with_config(config.clone())
-            .await
-        {
-            Ok(connection) => break connection,
-            Err(error) => {
-                tracing::warn!(%node, %error, "redis subscriber cannot connect; retrying");
-                count(&shared.stats.subscribe_errors);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if commands.is_closed() {
-                    return;
+    drop(reader);
+    let mut pending: Vec<Command> = Vec::new();
+    loop {
+        if pending.is_empty() {
+            tokio::select! {
+                received = commands.recv_many(&mut pending, MAX_BATCH) => {
+                    if received == 0 {
+                        return; // detached
+                    }
+                }
+                Some(()) = resyncs.recv() => {
+                    while resyncs.try_recv().is_ok() {}
+                    if !retry(&shared, &mut link, &node, &commands, Op::Resync).await {
+                        return;
+                    }
+                    continue;
                 }
             }
         }
-    };
-    let mut pending: Vec<Command> = Vec::new();
-    loop {
-        if pending.is_empty() && commands.recv_many(&mut pending, MAX_BATCH).await == 0 {
-            return; // detached
-        }
-        // Take the leading run of one kind and send it as one command.
-        let mut names = Vec::new();
+        // Take the leading run of one kind and send it as one batch.
         let subscribe = match pending.first() {
             Some(Command::Barrier(_)) => {
+                link.sync().await;
                 if let Command::Barrier(done) = pending.remove(0) {
                     let _ = done.send(());
                 }
@@ -90,32 +107,293 @@ pub(crate) async fn run(
                 Command::Barrier(_) => false,
             })
             .count();
+        let mut names = Vec::new();
         for command in pending.drain(..run) {
-            if let Command::Subscribe(name) | Command::Unsubscribe(name) = command {
-                names.push(name);
+            if let Command::Subscribe(more) | Command::Unsubscribe(more) = command {
+                names.extend(more);
             }
         }
-        let mut delay = Duration::from_millis(50);
-        loop {
-            let result = if subscribe {
-                connection.subscribe(&names).await
-            } else {
-                connection.unsubscribe(&names).await
-            };
-            match result {
-                Ok(()) => break,
-                Err(error) => {
-                    tracing::warn!(%node, %error, "redis subscribe failed; retrying");
-                    count(&shared.stats.subscribe_errors);
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                    if commands.is_closed() {
-                        return;
-                    }
+        let op = if subscribe {
+            Op::Subscribe(names)
+        } else {
+            Op::Unsubscribe(names)
+        };
+        if !retry(&shared, &mut link, &node, &commands, op).await {
+            return;
+        }
+    }
+}
+
+async fn connect_single(
+    shared: &Shared,
+    node: &NodeId,
+    client: &redis::Client,
+    reader: &Arc<Reader>,
+    commands: &mpsc::UnboundedReceiver<Command>,
+) -> Option<ConnectionManager> {
+    let reader = reader.clone();
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(shared.settings.response_timeout))
+        .set_connection_timeout(Some(shared.settings.response_timeout))
+        .set_automatic_resubscription()
+        .set_push_sender(move |push: PushInfo| {
+            reader.push(push, None);
+            Ok::<(), ()>(())
+        });
+    loop {
+        match client
+            .get_connection_manager_with_config(config.clone())
+            .await
+        {
+            Ok(connection) => return Some(connection),
+            Err(error) => {
+                tracing::warn!(%node, %error, "redis subscriber cannot connect; retrying");
+                count(&shared.stats.subscribe_errors);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if commands.is_closed() {
+                    return None;
                 }
             }
         }
     }
+}
+
+enum Op {
+    Subscribe(Vec<String>),
+    Unsubscribe(Vec<String>),
+    /// Subscribe every wanted name again where its slot is now served (after a lost
+    /// connection or a slot that moved).
+    Resync,
+}
+
+/// Applies `op` until Redis confirms it, backing off between tries. False once the node is
+/// detached.
+async fn retry(
+    shared: &Shared,
+    link: &mut Link,
+    node: &NodeId,
+    commands: &mpsc::UnboundedReceiver<Command>,
+    op: Op,
+) -> bool {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match link.apply(&op).await {
+            Ok(()) => return true,
+            Err(error) => {
+                tracing::warn!(%node, %error, "redis subscribe failed; retrying");
+                count(&shared.stats.subscribe_errors);
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                if commands.is_closed() {
+                    return false;
+                }
+                link.recover().await;
+            }
+        }
+    }
+}
+
+/// A node's connection(s).
+enum Link {
+    Single(ConnectionManager),
+    Sharded(Shards),
+}
+
+impl Link {
+    async fn apply(&mut self, op: &Op) -> redis::RedisResult<()> {
+        match (self, op) {
+            (Link::Single(connection), Op::Subscribe(names)) => connection.subscribe(names).await,
+            (Link::Single(connection), Op::Unsubscribe(names)) => {
+                connection.unsubscribe(names).await
+            }
+            // The connection manager resubscribes by itself.
+            (Link::Single(_), Op::Resync) => Ok(()),
+            (Link::Sharded(shards), Op::Subscribe(names)) => shards.subscribe(names.clone()).await,
+            (Link::Sharded(shards), Op::Unsubscribe(names)) => {
+                shards.unsubscribe(names).await;
+                Ok(())
+            }
+            (Link::Sharded(shards), Op::Resync) => shards.resync().await,
+        }
+    }
+
+    /// After a failure: look at the cluster again before the next try.
+    async fn recover(&mut self) {
+        if let Link::Sharded(shards) = self {
+            shards.cluster().refresh().await;
+        }
+    }
+
+    /// Waits until what Redis sent on every connection before now has been read.
+    async fn sync(&mut self) {
+        if let Link::Sharded(shards) = self {
+            shards.sync().await;
+        }
+    }
+}
+
+/// A node's connections to the masters of a Redis Cluster.
+struct Shards {
+    shared: Arc<Shared>,
+    reader: Arc<Reader>,
+    connections: HashMap<Addr, ConnectionManager>,
+    /// Every name the node is subscribed to (or is being subscribed to).
+    wanted: HashSet<String>,
+}
+
+impl Shards {
+    fn cluster(&self) -> &Cluster {
+        match &self.shared.mode {
+            Mode::Cluster(cluster) => cluster,
+            Mode::Single(_) => unreachable!("sharded subscriber on a single redis"),
+        }
+    }
+
+    /// The node's connection to `addr`, made when first needed; its pushes go to the reader,
+    /// tagged with where they came from.
+    async fn connection(&mut self, addr: &Addr) -> redis::RedisResult<ConnectionManager> {
+        if let Some(connection) = self.connections.get(addr) {
+            return Ok(connection.clone());
+        }
+        let client = self.cluster().client(addr)?;
+        let reader = self.reader.clone();
+        let from = addr.clone();
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.shared.settings.response_timeout))
+            .set_connection_timeout(Some(self.shared.settings.response_timeout))
+            .set_number_of_retries(0)
+            .set_push_sender(move |push: PushInfo| {
+                reader.push(push, Some(&from));
+                Ok::<(), ()>(())
+            });
+        let connection = client.get_connection_manager_with_config(config).await?;
+        self.connections.insert(addr.clone(), connection.clone());
+        Ok(connection)
+    }
+
+    /// SSUBSCRIBE each name on the master owning its slot, one command per name (a command's
+    /// names must share a slot), pipelined per master. Follows redirections after refreshing
+    /// the topology.
+    async fn subscribe(&mut self, names: Vec<String>) -> redis::RedisResult<()> {
+        self.wanted.extend(names.iter().cloned());
+        let mut todo = names;
+        for attempt in 0..=MAX_REDIRECTS {
+            let topology = self.cluster().topology();
+            let mut parts: Vec<(Addr, Vec<String>)> = Vec::new();
+            for name in todo {
+                let addr = topology.master(naming::slot(name.as_bytes()));
+                match parts.iter_mut().find(|(a, _)| a == addr) {
+                    Some((_, part)) => part.push(name),
+                    None => parts.push((addr.clone(), vec![name])),
+                }
+            }
+            let mut moved = Vec::new();
+            for (addr, names) in parts {
+                let mut connection = self.connection(&addr).await?;
+                // A name placed on another master before: its slot moved, and Redis drops the
+                // shard channels of a slot a master gives up (or that master is gone).
+                self.reader
+                    .placed
+                    .lock()
+                    .extend(names.iter().map(|n| (n.clone(), addr.clone())));
+                let answers = pipeline("SSUBSCRIBE", &names)
+                    .query_async::<Vec<Value>>(&mut connection)
+                    .await?;
+                for (name, answer) in names.into_iter().zip(answers) {
+                    match answer {
+                        Value::ServerError(error)
+                            if matches!(
+                                error.kind(),
+                                Some(ServerErrorKind::Moved | ServerErrorKind::Ask)
+                            ) =>
+                        {
+                            moved.push(name);
+                        }
+                        Value::ServerError(error) => return Err(error.into()),
+                        _ => {}
+                    }
+                }
+            }
+            if moved.is_empty() {
+                return Ok(());
+            }
+            if attempt == MAX_REDIRECTS {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the redis cluster kept redirecting subscriptions",
+                )));
+            }
+            self.cluster().refresh().await;
+            todo = moved;
+        }
+        Ok(())
+    }
+
+    /// SUNSUBSCRIBE each name where it is subscribed. Not retried: a connection that failed
+    /// has lost its subscriptions anyway.
+    async fn unsubscribe(&mut self, names: &[String]) {
+        let mut parts: Vec<(Addr, Vec<String>)> = Vec::new();
+        {
+            let mut placed = self.reader.placed.lock();
+            for name in names {
+                self.wanted.remove(name);
+                let Some(addr) = placed.remove(name) else {
+                    continue;
+                };
+                match parts.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, part)) => part.push(name.clone()),
+                    None => parts.push((addr, vec![name.clone()])),
+                }
+            }
+        }
+        for (addr, names) in parts {
+            let Some(mut connection) = self.connections.get(&addr).cloned() else {
+                continue;
+            };
+            if let Err(error) = pipeline("SUNSUBSCRIBE", &names)
+                .query_async::<Vec<Value>>(&mut connection)
+                .await
+            {
+                tracing::warn!(%addr, %error, "redis unsubscribe failed");
+                count(&self.shared.stats.subscribe_errors);
+            }
+        }
+    }
+
+    async fn resync(&mut self) -> redis::RedisResult<()> {
+        self.cluster().refresh().await;
+        // Connections to nodes that no longer serve slots carry nothing (and a barrier
+        // should not wait on them).
+        let topology = self.cluster().topology();
+        self.connections
+            .retain(|addr, _| topology.masters().contains(addr));
+        let names: Vec<String> = self.wanted.iter().cloned().collect();
+        self.subscribe(names).await
+    }
+
+    async fn sync(&mut self) {
+        let mut pings = JoinSet::new();
+        for connection in self.connections.values() {
+            let mut connection = connection.clone();
+            pings.spawn(async move {
+                let _ = redis::cmd("PING")
+                    .query_async::<Value>(&mut connection)
+                    .await;
+            });
+        }
+        while pings.join_next().await.is_some() {}
+    }
+}
+
+/// One single-name command per name, pipelined: each is answered by exactly one confirmation
+/// (or one error), so the pipeline's answers line up with its names.
+fn pipeline(command: &str, names: &[String]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for name in names {
+        pipe.cmd(command).arg(name);
+    }
+    pipe
 }
 
 /// Applies pushes as they are read; never blocks the connection (the sink only queues).
@@ -123,21 +401,50 @@ struct Reader {
     shared: Arc<Shared>,
     sink: Weak<dyn Sink>,
     live: Arc<AtomicBool>,
-    /// The last sequence number seen per publisher: copies of one envelope published on
-    /// several channels arrive one after another.
-    last_seq: Mutex<HashMap<u64, u64>>,
+    /// The last sequence number seen per publisher and slot: copies of one envelope published
+    /// on several channels share a slot, and arrive one after another on its connection.
+    last_seq: Mutex<HashMap<(u64, u16), u64>>,
+    /// On a cluster: the master each name is subscribed on.
+    placed: Arc<Mutex<HashMap<String, Addr>>>,
+    /// Asks the subscriber task to subscribe everything again.
+    resync: mpsc::UnboundedSender<()>,
 }
 
 impl Reader {
-    fn push(&self, push: PushInfo) {
-        if push.kind != PushKind::Message || !self.live.load(Ordering::Acquire) {
+    fn push(&self, push: PushInfo, from: Option<&Addr>) {
+        match (push.kind, from) {
+            (PushKind::Message, None) | (PushKind::SMessage, Some(_)) => {}
+            (PushKind::Disconnection, Some(_)) => {
+                let _ = self.resync.send(());
+                return;
+            }
+            (PushKind::SUnsubscribe, Some(from)) => {
+                // Either the confirmation of an unsubscribe (the name is no longer placed
+                // there), or Redis dropping the subscription because the slot moved.
+                let Some(Value::BulkString(name)) = push.data.first() else {
+                    return;
+                };
+                let name = String::from_utf8_lossy(name);
+                let mut placed = self.placed.lock();
+                if placed.get(name.as_ref()) == Some(from) {
+                    placed.remove(name.as_ref());
+                    let _ = self.resync.send(());
+                }
+                return;
+            }
+            _ => return,
+        }
+        if !self.live.load(Ordering::Acquire) {
             return;
         }
-        let Some(Value::BulkString(data)) = push.data.into_iter().nth(1) else {
+        let mut data = push.data.into_iter();
+        let (Some(Value::BulkString(name)), Some(Value::BulkString(payload))) =
+            (data.next(), data.next())
+        else {
             count(&self.shared.stats.decode_errors);
             return;
         };
-        let bytes = Bytes::from(data);
+        let bytes = Bytes::from(payload);
         let (stamp, message) = match envelope::decode(&bytes) {
             Ok(decoded) => decoded,
             Err(error) => {
@@ -150,7 +457,12 @@ impl Reader {
         if stamp.origin == self.shared.origin && !ask {
             return; // delivered locally when it was published
         }
-        if self.last_seq.lock().insert(stamp.origin, stamp.seq) == Some(stamp.seq) {
+        let slot = if from.is_some() {
+            naming::slot(&name)
+        } else {
+            0
+        };
+        if self.last_seq.lock().insert((stamp.origin, slot), stamp.seq) == Some(stamp.seq) {
             return; // another channel's copy of the same message
         }
         count(&self.shared.stats.received);

@@ -1,16 +1,33 @@
-//! The backplane conformance suite against a real `redis-server`: two backplane instances
-//! (two "processes") share it, each check on a fresh channel prefix.
+//! The backplane conformance suite against a real `redis-server` and against a real Redis
+//! Cluster of three masters (sharded pub/sub): two backplane instances (two "processes")
+//! share it, each check on a fresh channel prefix.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use switchyard_backplane::{conformance, Backplane};
 use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
-use switchyard_testkit::RedisServer;
+use switchyard_testkit::{RedisCluster, RedisServer};
 
 #[test]
 fn redis_backplane_conforms() {
     let redis = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let round = AtomicUsize::new(0);
+    conformance::run_all(|| {
+        let mut settings = RedisSettings::new(redis.url());
+        settings.prefix = format!("t{}", round.fetch_add(1, Ordering::Relaxed));
+        let near: Arc<dyn Backplane> = runtime
+            .block_on(RedisBackplane::connect(settings.clone()))
+            .unwrap();
+        let far: Arc<dyn Backplane> = runtime.block_on(RedisBackplane::connect(settings)).unwrap();
+        (near, far)
+    });
+}
+
+#[test]
+fn redis_cluster_backplane_conforms() {
+    let redis = RedisCluster::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let round = AtomicUsize::new(0);
     conformance::run_all(|| {

@@ -1,5 +1,6 @@
 //! Three real nodes, each with its own Redis backplane (as three processes would have), one
-//! real `redis-server`: sends and commands issued on one node reach clients on the others.
+//! real `redis-server` (and again on a real Redis Cluster of three masters): sends and
+//! commands issued on one node reach clients on the others.
 
 use std::sync::Arc;
 
@@ -10,14 +11,14 @@ use switchyard_core::{ConnectionId, GroupName, HubName, Target, UserId};
 use switchyard_hub_protocol::{Format, HubMessage};
 use switchyard_node::command::Command;
 use switchyard_node::Config;
-use switchyard_testkit::{Msg, RawClient, RedisServer, TestServer};
+use switchyard_testkit::{Msg, RawClient, RedisCluster, RedisServer, TestServer};
 
 const HUB: &str = "chat";
 
-async fn cluster(redis: &RedisServer, prefix: &str) -> Vec<TestServer> {
+async fn cluster(url: &str, prefix: &str) -> Vec<TestServer> {
     let mut nodes = Vec::new();
     for name in ["n1", "n2", "n3"] {
-        let mut settings = RedisSettings::new(redis.url());
+        let mut settings = RedisSettings::new(url);
         settings.prefix = prefix.into();
         let backplane: Arc<dyn Backplane> = RedisBackplane::connect(settings).await.unwrap();
         nodes.push(TestServer::start_on(Config::default(), backplane, name).await);
@@ -68,7 +69,17 @@ fn c(id: &str) -> ConnectionId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_send_reaches_clients_on_other_nodes() {
     let redis = RedisServer::start();
-    let nodes = cluster(&redis, "sends").await;
+    every_send_reaches_clients_on_other_nodes_through(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_send_reaches_clients_on_other_nodes_on_a_redis_cluster() {
+    let redis = RedisCluster::start();
+    every_send_reaches_clients_on_other_nodes_through(&redis.url()).await;
+}
+
+async fn every_send_reaches_clients_on_other_nodes_through(url: &str) {
+    let nodes = cluster(url, "sends").await;
     let (mut a, a_id) = client(&nodes[0], "u1", Format::Json).await;
     let (mut b, b_id) = client(&nodes[1], "u2", Format::MessagePack).await;
     let (mut c3, _c3_id) = client(&nodes[2], "u1", Format::Json).await;
@@ -190,7 +201,17 @@ async fn every_send_reaches_clients_on_other_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_on_any_node_acts_on_connections_on_every_node() {
     let redis = RedisServer::start();
-    let nodes = cluster(&redis, "rest").await;
+    rest_on_any_node_acts_on_connections_on_every_node_through(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_on_any_node_acts_on_connections_on_every_node_on_a_redis_cluster() {
+    let redis = RedisCluster::start();
+    rest_on_any_node_acts_on_connections_on_every_node_through(&redis.url()).await;
+}
+
+async fn rest_on_any_node_acts_on_connections_on_every_node_through(url: &str) {
+    let nodes = cluster(url, "rest").await;
     let (mut a, a_id) = client(&nodes[0], "ua", Format::Json).await;
     let (mut b, b_id) = client(&nodes[1], "ub", Format::MessagePack).await;
     let (mut c3, c3_id) = client(&nodes[2], "ua", Format::Json).await;

@@ -229,12 +229,7 @@ fn internal_url(config: &ValidConfig, bound: std::net::SocketAddr) -> String {
     }
     let mut address = bound;
     if bound.ip().is_unspecified() {
-        let redis_host = config
-            .cluster
-            .redis
-            .as_deref()
-            .and_then(|url| url::Url::parse(url).ok())
-            .and_then(|url| Some((url.host_str()?.to_string(), url.port().unwrap_or(6379))));
+        let redis_host = config.cluster.redis.as_deref().and_then(first_redis_host);
         let routed = redis_host.and_then(|(host, port)| {
             let socket = std::net::UdpSocket::bind((bound.ip(), 0)).ok()?;
             socket.connect((host.as_str(), port)).ok()?;
@@ -252,6 +247,15 @@ fn internal_url(config: &ValidConfig, bound: std::net::SocketAddr) -> String {
         }
     }
     format!("http://{address}")
+}
+
+/// The host and port of a Redis URL's first server (`redis://h:p`, `redis-cluster://h1:p1,h2:p2`).
+fn first_redis_host(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let first = rest.split([',', '/', '?']).next()?;
+    let parsed = url::Url::parse(&format!("redis://{first}")).ok()?;
+    Some((parsed.host_str()?.to_string(), parsed.port().unwrap_or(6379)))
 }
 
 /// Runs one node on `listener` until `shutdown` completes, then closes every client with an
@@ -319,4 +323,19 @@ pub async fn serve_listeners(
     }
     heartbeat.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_first_redis_host_of_any_url_form() {
+        let first = |url| super::first_redis_host(url);
+        assert_eq!(first("redis://r:7000"), Some(("r".into(), 7000)));
+        assert_eq!(first("rediss://u:p@r/0"), Some(("r".into(), 6379)));
+        assert_eq!(
+            first("redis-cluster://:pw@10.0.0.1:7001,10.0.0.2:7002"),
+            Some(("10.0.0.1".into(), 7001))
+        );
+        assert_eq!(first("nonsense"), None);
+    }
 }

@@ -83,7 +83,8 @@ struct SettingsArgs {
     /// serverless [default: auto].
     #[arg(long)]
     mode: Option<String>,
-    /// Join a cluster through this Redis: redis://[user:password@]host:port or rediss://
+    /// Join a cluster through this Redis: redis://[user:password@]host:port or rediss://, or
+    /// a Redis Cluster: redis-cluster://host:port,host:port,… or rediss-cluster://
     /// (also SWITCHYARD_CLUSTER_REDIS) [default: none, one node].
     #[arg(long, value_name = "URL")]
     redis: Option<String>,

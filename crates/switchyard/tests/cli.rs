@@ -301,7 +301,7 @@ fn cluster_start_errors_are_clear() {
     fails_with(
         &["serve", "--listen", "127.0.0.1:0", "--redis", "http://x"],
         &[],
-        "redis:// or rediss://",
+        "must be a redis://, rediss://",
     );
     fails_with(
         &[

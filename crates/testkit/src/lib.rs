@@ -7,7 +7,8 @@
 //! - [`http`]: [`Http`], raw long-polling and Server-Sent Events requests.
 //! - [`app_server`]: [`AppServer`], raw service-protocol frames to `/server`.
 //! - [`raw_client`]: [`RawClient`], a raw WebSocket SignalR client; [`Msg`].
-//! - [`redis`]: [`RedisServer`], a real `redis-server` on a free port.
+//! - [`redis`]: [`RedisServer`], a real `redis-server` on a free port; [`RedisCluster`], a
+//!   real Redis Cluster of several.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -26,6 +27,6 @@ pub use http::{Http, HANDSHAKE_JSON};
 pub use raw_client::{
     connect_client, decode_frame, default_mode, header, sticky_token, Msg, RawClient,
 };
-pub use redis::RedisServer;
+pub use redis::{RedisCluster, RedisServer};
 pub use server::TestServer;
 pub use wait::{eventually, eventually_async, now, within, WAIT};

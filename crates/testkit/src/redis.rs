@@ -1,5 +1,6 @@
-//! A real `redis-server` on a free port, for cluster tests. Debian's `redis-server` package
-//! provides it (`.ci/run` installs it); a machine without it fails the test, never skips it.
+//! A real `redis-server` on a free port, and a real Redis Cluster of several, for cluster
+//! tests. Debian's `redis-server` package provides them (`.ci/run` installs it; sharded pub/sub
+//! needs 7.0 or later); a machine without it fails the test, never skips it.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -15,13 +16,18 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts `redis-server` on 127.0.0.1 with no persistence and waits until it answers.
     pub fn start() -> RedisServer {
-        let port = free_port();
+        RedisServer::start_with(free_port(), &[])
+    }
+
+    fn start_with(port: u16, extra: &[&str]) -> RedisServer {
         let dir =
             std::env::temp_dir().join(format!("switchyard-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("creating the redis directory");
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .arg("--dir")
             .arg(&dir)
             .stdout(Stdio::null())
@@ -70,6 +76,118 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of real `redis-server`s (cluster mode) on free ports, every slot assigned
+/// (`redis-cli --cluster create`). Killed and cleaned up on drop.
+pub struct RedisCluster {
+    /// Every node, masters first as created (with replicas, failover may change roles).
+    pub nodes: Vec<RedisServer>,
+    masters: usize,
+}
+
+impl RedisCluster {
+    /// Three masters, no replicas.
+    pub fn start() -> RedisCluster {
+        RedisCluster::with_replicas(0)
+    }
+
+    /// Three masters with `replicas` replicas each (for failover tests).
+    pub fn with_replicas(replicas: usize) -> RedisCluster {
+        const MASTERS: usize = 3;
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < MASTERS * (1 + replicas) {
+            let port = free_cluster_port();
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let nodes: Vec<RedisServer> = ports
+            .iter()
+            .map(|&port| {
+                RedisServer::start_with(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                    ],
+                )
+            })
+            .collect();
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("running redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let cluster = RedisCluster {
+            nodes,
+            masters: MASTERS,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.ready() {
+            assert!(
+                Instant::now() < deadline,
+                "the redis cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// `redis-cluster://127.0.0.1:p1,…` with every master as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes[..self.masters]
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis-cluster://{}", seeds.join(","))
+    }
+
+    /// The nodes that are masters now (`CLUSTER NODES`).
+    pub fn masters(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| {
+                n.cli(&["CLUSTER", "NODES"])
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains("master"))
+            })
+            .collect()
+    }
+
+    /// Every node says `cluster_state:ok` and knows every node and slot.
+    fn ready(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            n.cli(&["CLUSTER", "INFO"])
+                .lines()
+                .any(|l| l.trim() == "cluster_state:ok")
+                && n.cli(&["CLUSTER", "NODES"]).lines().count() == self.nodes.len()
+        })
+    }
+}
+
+/// A free port whose cluster bus port (port + 10000) is free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
     }
 }
 

@@ -57,7 +57,9 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default, rename_all = "snake_case")]
 pub struct Cluster {
-    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS. Unset: one node.
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS; a Redis Cluster
+    /// (sharded pub/sub) as `redis-cluster://[user:password@]host:port,host:port,…` (seed
+    /// nodes), or `rediss-cluster://` for TLS. Unset: one node.
     pub redis: Option<String>,
     /// This node's name in the cluster: letters, digits, `-`, `_`, `.`; at most 64.
     /// Default: generated at start.
@@ -132,9 +134,19 @@ impl Cluster {
                 ));
             }
         }
+        const SCHEMES: [&str; 4] = [
+            "redis://",
+            "rediss://",
+            "redis-cluster://",
+            "rediss-cluster://",
+        ];
         if let Some(url) = &self.redis {
-            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err("cluster.redis must be a redis:// or rediss:// URL".to_string());
+            if !SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
+                return Err(
+                    "cluster.redis must be a redis://, rediss://, redis-cluster:// or \
+                     rediss-cluster:// URL"
+                        .to_string(),
+                );
             }
         }
         Ok(())
@@ -659,5 +671,34 @@ mod humantime_serde {
         humantime::parse_duration(&text).map_err(|e| {
             serde::de::Error::custom(format!("'{text}' is not a duration like \"15s\": {e}"))
         })
+    }
+}
+
+#[cfg(test)]
+mod cluster_config_tests {
+    use super::Cluster;
+
+    fn with_redis(url: &str) -> Result<(), String> {
+        Cluster {
+            redis: Some(url.to_string()),
+            ..Cluster::default()
+        }
+        .validate()
+    }
+
+    #[test]
+    fn redis_urls_of_one_redis_or_a_cluster_are_accepted() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "rediss://h:6380",
+            "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
+            "rediss-cluster://u:p@h1:7000,h2:7000",
+        ] {
+            assert_eq!(with_redis(url), Ok(()), "{url}");
+        }
+        for url in ["http://h:1", "127.0.0.1:6379", "redis+cluster://h:1"] {
+            let error = with_redis(url).unwrap_err();
+            assert!(error.contains("redis-cluster://"), "{url}: {error}");
+        }
     }
 }
