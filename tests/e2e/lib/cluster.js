@@ -85,6 +85,38 @@ async function startRedis(dir) {
   return proc;
 }
 
+/** Three cluster-enabled redis-server masters joined with `redis-cli --cluster create`. */
+async function startRedisCluster(dir) {
+  need('redis-server', 'redis-server');
+  need('redis-cli', 'redis-server (redis-tools)');
+  const masters = [];
+  for (let i = 0; i < 3; i += 1) {
+    const port = await freePort();
+    const own = path.join(dir, `redis-${port}`);
+    fs.mkdirSync(own);
+    const child = spawn('redis-server', [
+      '--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no',
+      '--dir', own, '--cluster-enabled', 'yes', '--cluster-config-file', path.join(own, 'nodes.conf'),
+      '--cluster-node-timeout', '5000',
+    ], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = managed(child, `redis-server ${port}`);
+    proc.port = port;
+    masters.push(proc);
+    await waitUntilListening(port, 'redis-server (cluster)', proc);
+  }
+  execFileSync('redis-cli', ['--cluster', 'create', ...masters.map((m) => `127.0.0.1:${m.port}`), '--cluster-replicas', '0', '--cluster-yes'], { stdio: 'ignore', timeout: 20000 });
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  for (const m of masters) {
+    for (;;) {
+      const info = execFileSync('redis-cli', ['-p', String(m.port), 'cluster', 'info'], { encoding: 'utf8' });
+      if (info.includes('cluster_state:ok')) break;
+      if (Date.now() > deadline) throw new Error(`redis cluster not ok on ${m.port}:\n${info}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  return { masters, url: `redis-cluster://${masters.map((m) => `127.0.0.1:${m.port}`).join(',')}` };
+}
+
 /** nginx in the foreground with its own prefix directory, round-robin over `upstreams`. */
 async function startNginx(dir, port, upstreams) {
   const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => fs.existsSync(p));
@@ -143,11 +175,12 @@ http {
 }
 
 /**
- * Starts redis-server, `nodes` switchyard nodes sharing it (node ids n1…), and nginx before
+ * Starts redis-server (or, with `redisCluster`, a Redis Cluster of three masters), `nodes`
+ * switchyard nodes sharing it (node ids n1…), and nginx before
  * them. Returns { lb, nodes, redis, stop() }; `lb` has the shape the cases take as a service
  * (baseUrl, accessKey, token()), with every URL pointing at the load balancer.
  */
-async function startCluster({ nodes: count = 3, extraArgs = [] } = {}) {
+async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = false } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-cluster-'));
   const parts = [];
   const stop = async () => {
@@ -155,8 +188,16 @@ async function startCluster({ nodes: count = 3, extraArgs = [] } = {}) {
     fs.rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const redis = await startRedis(dir);
-    parts.push(redis);
+    let redis;
+    if (redisCluster) {
+      const started = await startRedisCluster(dir);
+      parts.push(...started.masters);
+      redis = { url: started.url, masters: started.masters };
+      Object.defineProperty(redis, 'exited', { get: () => started.masters.some((m) => m.exited) });
+    } else {
+      redis = await startRedis(dir);
+      parts.push(redis);
+    }
     const lbPort = await freePort();
     const lbUrl = `http://127.0.0.1:${lbPort}`;
     const nodes = [];
