@@ -272,6 +272,28 @@ def backplane_envelope():
     seed("backplane_envelope",
          arr(u(1), origin, u(12), u(5), hub, targets[3], arr(s("k")), arr(u(0), s("bye"))))
     seed("backplane_envelope", arr(u(1), origin, u(13), u(5), hub, targets[0], arr(), arr(u(1))))
+    # Asks (kind 6: hub, from, id, question) and answers (kind 7: hub, id, answer).
+    questions = [
+        arr(u(0), s("c"), s("g")),
+        arr(u(1), s("c"), b"\xc0"),
+        arr(u(2), s("c"), s("why")),
+        arr(u(3), s("c")),
+        arr(u(7), s("g"), s("after"), u(100)),
+        arr(u(8), s("u"), s("g"), b"\xc0"),
+        arr(u(9)),
+        arr(u(10), b"\xc0", u(100)),
+        arr(u(10), arr(hub, s("u"), s("g")), u(2)),
+    ]
+    for i, question in enumerate(questions):
+        seed("backplane_envelope", arr(u(1), origin, u(20 + i), u(6), hub, s("n1"), u(i), question))
+    answers = [
+        arr(u(0)),
+        arr(u(2), arr(s("c1"), b"\xc0", s("c2"), s("u"))),
+        arr(u(3), s("http://10.0.0.1:8080")),
+        arr(u(4), arr(hub, s("u"), s("g"), b"\xc0", hub, s("u"), s("g2"), b"\xcd\x05\xdc")),
+    ]
+    for i, answer in enumerate(answers):
+        seed("backplane_envelope", arr(u(1), origin, u(40 + i), u(7), hub, u(i), answer))
     seed("backplane_envelope", b"garbage", cut=3)
 
 

@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use switchyard_core::{CloseReason, ConnectionId, HubName};
 use switchyard_hub_protocol::{handshake, json, msgpack, Format, FrameSplitter, HubMessage};
 use switchyard_node::config::ServiceMode;
-use switchyard_node::fuzzing::{AppServer, ClientSession, SessionTransport};
+use switchyard_node::fuzzing::{self, AppServer, ClientSession, SessionTransport};
 use switchyard_node::{Check, Command, Config};
 use switchyard_service_protocol::{decode, FrameReader, ServiceMessage};
 
@@ -232,7 +232,7 @@ fn run(setup: Setup, chunks: &[&[u8]]) -> Outcome {
     let hub = HubName::new(HUB, None).expect("a hub name");
     let exists = || {
         let check = Check::Connection(ConnectionId::new(&id).expect("an id"));
-        node.executor().execute(&hub, Command::Check(check)).is_ok()
+        fuzzing::execute_now(&node, &hub, Command::Check(check)).is_ok()
     };
     if error.is_none() && handshake_done && !setup.app_server {
         assert!(exists());

@@ -263,7 +263,7 @@ fn request(uri: &str, method: &[u8], headers: &[(&str, &[u8])], body: &[&[u8]]) 
     session.receive(HANDSHAKE).expect("a valid handshake");
     let hub = HubName::new(HUB, None).expect("a hub name");
     let join = Command::add_to_group(session.connection_id(), "g1").expect("valid names");
-    assert!(node.executor().execute(&hub, join).is_ok());
+    assert!(fuzzing::execute_now(&node, &hub, join).is_ok());
     assert_eq!(session.take_sent(), vec![&b"{}\x1e"[..]]);
 
     let uri = uri.replace("{cid}", session.connection_id());

@@ -334,3 +334,56 @@ async fn rest_on_any_node_acts_on_connections_on_every_node_through(url: &str) {
 async fn expect_rest(client: &mut RawClient) {
     client.expect(&Msg::invocation("m", &[json!("rest")])).await;
 }
+
+/// User-group memberships outlive connections and are kept by every node; a node that starts
+/// later copies them from the running ones, so a user connecting there joins the groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_starts_later_learns_the_user_groups() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut nodes = cluster(&url, "late").await;
+    nodes.truncate(2);
+    let executor = nodes[0].node.executor();
+    for (user, group, ttl) in [
+        ("u1", "forever", None),
+        (
+            "u1",
+            "for-a-minute",
+            Some(std::time::Duration::from_secs(60)),
+        ),
+        ("u2", "forever", None),
+    ] {
+        executor
+            .execute(&hub(), Command::user_join_group(user, group, ttl).unwrap())
+            .await
+            .unwrap();
+    }
+    let mut settings = RedisSettings::new(&url);
+    settings.prefix = "late".into();
+    let backplane: Arc<dyn Backplane> = RedisBackplane::connect(settings).await.unwrap();
+    let late = TestServer::start_on(Config::default(), backplane, "n-late").await;
+    let (mut u1, _) = client(&late, "u1", Format::Json).await;
+    let (mut u2, _) = client(&late, "u2", Format::MessagePack).await;
+    settle(&nodes).await;
+    for group in ["forever", "for-a-minute"] {
+        send(
+            &nodes[1],
+            Target::Groups(vec![GroupName::new(group).unwrap()]),
+            group,
+        );
+        expect(&mut u1, group).await;
+    }
+    expect(&mut u2, "forever").await;
+    // What is left of a ttl is carried over, not restarted.
+    let left = late
+        .node
+        .executor()
+        .router()
+        .user_groups(None, 10)
+        .into_iter()
+        .find(|e| e.group.as_str() == "for-a-minute")
+        .and_then(|e| e.ttl)
+        .expect("the ttl membership was copied");
+    assert!(left <= std::time::Duration::from_secs(60), "{left:?}");
+    assert!(left > std::time::Duration::from_secs(30), "{left:?}");
+}

@@ -14,7 +14,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use rmp::Marker;
 use switchyard_core::{
     Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, NameError, Payloads,
-    Protocol, Question, Target, UserId,
+    Protocol, Question, Target, UserGroupEntry, UserId,
 };
 
 const VERSION: u8 = 1;
@@ -443,6 +443,20 @@ fn write_question(w: &mut W, question: &Question) {
             write_array(w, 1);
             write_uint(w, 9);
         }
+        Question::UserGroups { after, max } => {
+            write_array(w, 3);
+            write_uint(w, 10);
+            match after {
+                Some((hub, user, group)) => {
+                    write_array(w, 3);
+                    write_str(w, hub.as_str());
+                    write_str(w, user.as_str());
+                    write_str(w, group.as_str());
+                }
+                None => rmp::encode::write_nil(w).expect("writing to memory"),
+            }
+            write_uint(w, u64::from(*max));
+        }
     }
 }
 
@@ -469,6 +483,17 @@ fn write_answer(w: &mut W, answer: &Answer) {
             write_array(w, 2);
             write_uint(w, 3);
             write_str(w, url);
+        }
+        Answer::UserGroups(entries) => {
+            write_array(w, 2);
+            write_uint(w, 4);
+            write_array(w, entries.len() * 4);
+            for entry in entries {
+                write_str(w, entry.hub.as_str());
+                write_str(w, entry.user.as_str());
+                write_str(w, entry.group.as_str());
+                write_opt_ms(w, entry.ttl);
+            }
         }
     }
 }
@@ -600,6 +625,8 @@ impl<'a> Reader<'a> {
             7 | 8 => 4,
             _ => 3,
         };
+        let hub =
+            |r: &mut Self| -> Result<HubName, EnvelopeError> { Ok(HubName::from_key(r.str()?)?) };
         if len != want {
             return Err(self.type_error());
         }
@@ -636,6 +663,17 @@ impl<'a> Reader<'a> {
                 ttl: self.opt_ms()?,
             },
             9 => Question::Address,
+            10 => Question::UserGroups {
+                after: if self.nil()? {
+                    None
+                } else {
+                    if self.array()? != 3 {
+                        return Err(self.type_error());
+                    }
+                    Some((hub(self)?, UserId::new(self.str()?)?, group(self)?))
+                },
+                max: u32::try_from(self.uint()?).unwrap_or(u32::MAX),
+            },
             tag => {
                 return Err(EnvelopeError::Tag {
                     what: "question",
@@ -669,6 +707,22 @@ impl<'a> Reader<'a> {
                 Answer::Members(members)
             }
             3 => Answer::At(self.str()?.to_string()),
+            4 => {
+                let count = self.array()?;
+                if count % 4 != 0 {
+                    return Err(EnvelopeError::Type(self.pos));
+                }
+                let mut entries = Vec::with_capacity(count / 4);
+                for _ in 0..count / 4 {
+                    entries.push(UserGroupEntry {
+                        hub: HubName::from_key(self.str()?)?,
+                        user: UserId::new(self.str()?)?,
+                        group: GroupName::new(self.str()?)?,
+                        ttl: self.opt_ms()?,
+                    });
+                }
+                Answer::UserGroups(entries)
+            }
             tag => {
                 return Err(EnvelopeError::Tag {
                     what: "answer",
@@ -831,6 +885,14 @@ mod tests {
                 ttl: None,
             },
             Question::Address,
+            Question::UserGroups {
+                after: None,
+                max: 1000,
+            },
+            Question::UserGroups {
+                after: Some((hub(), u.clone(), g.clone())),
+                max: 2,
+            },
         ];
         out.extend(
             questions
@@ -846,9 +908,24 @@ mod tests {
         let answers = [
             Answer::Yes,
             Answer::No,
-            Answer::Members(vec![(c("a"), None), (c("b"), Some(u))]),
+            Answer::Members(vec![(c("a"), None), (c("b"), Some(u.clone()))]),
             Answer::Members(vec![]),
             Answer::At("http://10.0.0.1:8080".into()),
+            Answer::UserGroups(vec![]),
+            Answer::UserGroups(vec![
+                UserGroupEntry {
+                    hub: hub(),
+                    user: u.clone(),
+                    group: g.clone(),
+                    ttl: None,
+                },
+                UserGroupEntry {
+                    hub: hub(),
+                    user: u.clone(),
+                    group: g.clone(),
+                    ttl: Some(Duration::from_millis(1500)),
+                },
+            ]),
         ];
         out.extend(answers.into_iter().map(|answer| Message::Answer {
             hub: hub(),

@@ -16,6 +16,6 @@ pub mod names;
 pub mod protocol;
 
 pub use close::CloseReason;
-pub use message::{Answer, Channel, Message, Question, Target};
+pub use message::{Answer, Channel, Message, Question, Target, UserGroupEntry, UserGroupKey};
 pub use names::{ConnectionId, GroupName, HubName, NameError, UserId};
 pub use protocol::{Payloads, Protocol};

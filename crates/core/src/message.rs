@@ -116,6 +116,25 @@ pub enum Question {
     },
     /// Asked on a node's channel: the URL other nodes reach that node at over HTTP.
     Address,
+    /// Asked on [`Channel::All`] by a node that starts: up to `max` of the user-group
+    /// memberships the node keeps (every hub's, ordered by hub, user, group), after `after`.
+    UserGroups {
+        after: Option<UserGroupKey>,
+        max: u32,
+    },
+}
+
+/// Which membership a user-group listing continues after: hub, user, group.
+pub type UserGroupKey = (HubName, UserId, GroupName);
+
+/// One user-group membership as nodes pass it on: `ttl` is what is left of a membership made
+/// with one, `None` for a membership made without.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserGroupEntry {
+    pub hub: HubName,
+    pub user: UserId,
+    pub group: GroupName,
+    pub ttl: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +143,7 @@ pub enum Answer {
     No,
     Members(Vec<(ConnectionId, Option<UserId>)>),
     At(String),
+    UserGroups(Vec<UserGroupEntry>),
 }
 
 impl Message {

@@ -17,7 +17,7 @@ use switchyard_auth::AccessKeys;
 use switchyard_backplane::{Backplane, NodeId, Sink};
 use switchyard_core::{
     Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol,
-    Question, Target,
+    Question, Target, UserGroupEntry,
 };
 use switchyard_hub_protocol::{encode_invocation, Format};
 use switchyard_router::{Connection, GroupMember, Interest, Router};
@@ -432,6 +432,51 @@ impl Executor {
             tracing::debug!(channel = %channel.key(), ?reached, "an ask was not answered by every node in time");
         }
         gathered
+    }
+
+    /// Copies the user-group memberships from the nodes already running (each keeps the
+    /// whole table), page by page; returns how many it took on. Called once, before the node
+    /// serves: changes made from then on reach it as they happen.
+    pub async fn copy_user_groups(&self) -> usize {
+        const PAGE: u32 = 1000;
+        if !self.in_cluster() {
+            return 0;
+        }
+        self.barrier().await;
+        let hub = HubName::new("switchyard", None).expect("a valid hub name");
+        let mut after = None;
+        let mut copied = 0;
+        loop {
+            let question = Question::UserGroups {
+                after: after.take(),
+                max: PAGE,
+            };
+            let gathered = self.ask(&hub, Channel::All, question, |_| false).await;
+            let mut full = false;
+            let mut page: Vec<UserGroupEntry> = Vec::new();
+            for answer in gathered.answers {
+                if let Answer::UserGroups(entries) = answer {
+                    full |= entries.len() >= PAGE as usize;
+                    page.extend(entries);
+                }
+            }
+            let key = |e: &UserGroupEntry| {
+                (
+                    e.hub.as_str().to_string(),
+                    e.user.as_str().to_string(),
+                    e.group.as_str().to_string(),
+                )
+            };
+            page.sort_by_cached_key(key);
+            page.dedup_by(|a, b| key(a) == key(b));
+            page.truncate(PAGE as usize);
+            self.router.restore_user_groups(&page);
+            copied += page.len();
+            match page.pop() {
+                Some(last) if full => after = Some((last.hub, last.user, last.group)),
+                _ => return copied,
+            }
+        }
     }
 
     /// Whether another node of the cluster uses this node's id (the backplane counts who

@@ -73,6 +73,20 @@ pub enum Call {
     Done(Reply),
 }
 
+/// Applies a command on a one-node service, where every command settles at once (no other
+/// node to wait for), without a runtime.
+pub fn execute_now(
+    node: &Node,
+    hub: &HubName,
+    command: crate::Command,
+) -> Result<(), crate::Missing> {
+    use futures_util::FutureExt;
+    node.executor()
+        .execute(hub, command)
+        .now_or_never()
+        .expect("a command on one node settles at once")
+}
+
 /// Runs one request through [`crate::routes`] for `node`, without a socket. Headers that are
 /// not valid HTTP are left out; the body arrives in the given pieces. No connection info or
 /// upgrade is attached, so WebSocket upgrades are refused.

@@ -255,7 +255,10 @@ fn first_redis_host(url: &str) -> Option<(String, u16)> {
     let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
     let first = rest.split([',', '/', '?']).next()?;
     let parsed = url::Url::parse(&format!("redis://{first}")).ok()?;
-    Some((parsed.host_str()?.to_string(), parsed.port().unwrap_or(6379)))
+    Some((
+        parsed.host_str()?.to_string(),
+        parsed.port().unwrap_or(6379),
+    ))
 }
 
 /// Runs one node on `listener` until `shutdown` completes, then closes every client with an
@@ -285,6 +288,8 @@ pub async fn serve_listeners(
         let url = internal_url(&config, listener.local_addr()?);
         tracing::info!(%url, "other nodes reach this node at this address");
         node.executor.set_internal_url(url);
+        let copied = node.executor.copy_user_groups().await;
+        tracing::info!(copied, "user-group memberships copied from the other nodes");
     }
     let heartbeat = tokio::spawn(node.clone().heartbeat());
     let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_core::{
-    Channel, CloseReason, ConnectionId, GroupName, HubName, Payloads, Protocol, Target, UserId,
+    Channel, CloseReason, ConnectionId, GroupName, HubName, Payloads, Protocol, Target,
+    UserGroupEntry, UserId,
 };
 
 use crate::shard::Sharded;
@@ -421,6 +422,36 @@ impl Hub {
         for connection in self.user_connections(user) {
             self.remove_from_group(connection.id(), group);
         }
+    }
+
+    /// The live user-group memberships of this hub, with what is left of their ttl (`None`
+    /// for memberships made without one).
+    pub(crate) fn user_group_entries(&self, now: Instant) -> Vec<UserGroupEntry> {
+        let mut entries = Vec::new();
+        for shard in self.user_groups.iter() {
+            for (user, record) in shard.read().iter() {
+                for (group, (expiry, has_ttl, _)) in &record.groups {
+                    if *expiry > now {
+                        entries.push(UserGroupEntry {
+                            hub: self.name.clone(),
+                            user: user.clone(),
+                            group: group.clone(),
+                            ttl: has_ttl.then(|| *expiry - now),
+                        });
+                    }
+                }
+            }
+        }
+        entries
+    }
+
+    /// Whether a membership record exists for the user and group (expired or not).
+    pub(crate) fn records_user_group(&self, user: &UserId, group: &GroupName) -> bool {
+        self.user_groups
+            .shard(user)
+            .read()
+            .get(user)
+            .is_some_and(|record| record.groups.contains_key(group))
     }
 
     /// Whether the user is in the group: by a live membership record or by a connection in it.

@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::RwLock;
-use switchyard_core::{Answer, Channel, CloseReason, HubName, Message, Question, Target};
+use switchyard_core::{
+    Answer, Channel, CloseReason, HubName, Message, Question, Target, UserGroupEntry, UserGroupKey,
+};
 
 /// Receives first-member / last-member changes of channels on this node.
 pub trait Interest: Send + Sync {
@@ -160,6 +162,9 @@ impl Router {
         if matches!(question, Question::Address) {
             return Answer::Yes; // the node fills in its address
         }
+        if let Question::UserGroups { after, max } = question {
+            return Answer::UserGroups(self.user_groups(after.as_ref(), *max as usize));
+        }
         if let Question::UserJoinGroup { user, group, ttl } = question {
             // The table outlives connections: the hub is created, as for the message.
             self.hub(hub)
@@ -205,7 +210,50 @@ impl Router {
                     .map(|m| (m.connection, m.user))
                     .collect(),
             ),
-            Question::UserJoinGroup { .. } | Question::Address => Answer::Yes,
+            Question::UserJoinGroup { .. } | Question::Address | Question::UserGroups { .. } => {
+                Answer::Yes
+            }
+        }
+    }
+
+    /// Up to `max` user-group memberships of every hub, ordered by hub, user and group,
+    /// after `after`: what a node that starts copies from the others.
+    pub fn user_groups(&self, after: Option<&UserGroupKey>, max: usize) -> Vec<UserGroupEntry> {
+        let now = Instant::now();
+        let key = |e: &UserGroupEntry| {
+            (
+                e.hub.as_str().to_string(),
+                e.user.as_str().to_string(),
+                e.group.as_str().to_string(),
+            )
+        };
+        let after = after.map(|(h, u, g)| {
+            (
+                h.as_str().to_string(),
+                u.as_str().to_string(),
+                g.as_str().to_string(),
+            )
+        });
+        let mut entries: Vec<UserGroupEntry> = self
+            .hubs()
+            .iter()
+            .flat_map(|hub| hub.user_group_entries(now))
+            .filter(|e| after.as_ref().is_none_or(|a| key(e) > *a))
+            .collect();
+        entries.sort_by_cached_key(key);
+        entries.truncate(max);
+        entries
+    }
+
+    /// Takes on memberships another node listed (see [`Router::user_groups`]), except those
+    /// this node already records: a change it heard since is newer than the listing.
+    pub fn restore_user_groups(&self, entries: &[UserGroupEntry]) {
+        let now = Instant::now();
+        for entry in entries {
+            let hub = self.hub(&entry.hub);
+            if !hub.records_user_group(&entry.user, &entry.group) {
+                hub.user_join_group(&entry.user, &entry.group, entry.ttl, now);
+            }
         }
     }
 
