@@ -4,7 +4,7 @@
 //! and a node that gets a request for a key it does not hold passes the request on to that
 //! node over HTTP: long polls, sends, deletes and event streams as requests with streamed
 //! bodies, a WebSocket as a byte tunnel once both sides have upgraded. See
-//! docs/decisions/0009-forward-transport-requests.md.
+//! docs/decisions/0006-forward-transport-requests.md.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
