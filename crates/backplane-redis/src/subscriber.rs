@@ -70,7 +70,17 @@ pub(crate) async fn run(
     };
     drop(reader);
     let mut pending: Vec<Command> = Vec::new();
+    // Barriers whose earlier commands have all been sent: one sync answers them together, so a
+    // burst of connects (each asks for one) costs one round trip, not one each.
+    let mut barriers: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
     loop {
+        if pending.is_empty() && !barriers.is_empty() {
+            link.sync().await;
+            for done in barriers.drain(..) {
+                let _ = done.send(());
+            }
+            continue;
+        }
         if pending.is_empty() {
             tokio::select! {
                 received = commands.recv_many(&mut pending, MAX_BATCH) => {
@@ -90,9 +100,8 @@ pub(crate) async fn run(
         // Take the leading run of one kind and send it as one batch.
         let subscribe = match pending.first() {
             Some(Command::Barrier(_)) => {
-                link.sync().await;
                 if let Command::Barrier(done) = pending.remove(0) {
-                    let _ = done.send(());
+                    barriers.push(done);
                 }
                 continue;
             }

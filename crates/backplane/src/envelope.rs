@@ -712,7 +712,8 @@ impl<'a> Reader<'a> {
                 if count % 4 != 0 {
                     return Err(EnvelopeError::Type(self.pos));
                 }
-                let mut entries = Vec::with_capacity(count / 4);
+                // An entry takes at least 7 bytes: what is left bounds the allocation.
+                let mut entries = Vec::with_capacity((count / 4).min(self.rest().len() / 7));
                 for _ in 0..count / 4 {
                     entries.push(UserGroupEntry {
                         hub: HubName::from_key(self.str()?)?,

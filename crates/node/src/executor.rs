@@ -17,7 +17,7 @@ use switchyard_auth::AccessKeys;
 use switchyard_backplane::{Backplane, NodeId, Sink};
 use switchyard_core::{
     Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol,
-    Question, Target, UserGroupEntry,
+    Question, Target, UserGroupEntry, UserGroupKey,
 };
 use switchyard_hub_protocol::{encode_invocation, Format};
 use switchyard_router::{Connection, GroupMember, Interest, Router};
@@ -436,83 +436,136 @@ impl Executor {
 
     /// Copies the user-group memberships from the nodes already running (each keeps the
     /// whole table), page by page; returns how many it took on. Called once, before the node
-    /// serves: changes made from then on reach it as they happen.
+    /// serves: changes made from then on reach it as they happen, and win over the copy.
     pub async fn copy_user_groups(&self) -> usize {
         const PAGE: u32 = 1000;
+        const TRIES: usize = 3;
         if !self.in_cluster() {
             return 0;
         }
-        self.barrier().await;
+        self.router.begin_copy();
+        if !self.settle_within_timeout().await {
+            tracing::warn!("the backplane did not confirm this node's subscriptions in time");
+        }
         let hub = HubName::new("switchyard", None).expect("a valid hub name");
-        let mut after = None;
+        let key = |e: &UserGroupEntry| {
+            (
+                e.hub.as_str().to_string(),
+                e.user.as_str().to_string(),
+                e.group.as_str().to_string(),
+            )
+        };
+        let mut after: Option<UserGroupKey> = None;
         let mut copied = 0;
         loop {
-            let question = Question::UserGroups {
-                after: after.take(),
-                max: PAGE,
-            };
-            let gathered = self.ask(&hub, Channel::All, question, |_| false).await;
-            let mut full = false;
+            let mut gathered = Gathered::default();
+            for _ in 0..TRIES {
+                let question = Question::UserGroups {
+                    after: after.clone(),
+                    max: PAGE,
+                };
+                gathered = self.ask(&hub, Channel::All, question, |_| false).await;
+                if gathered.complete {
+                    break;
+                }
+            }
+            if !gathered.complete {
+                tracing::warn!(
+                    copied,
+                    "not every node listed its user groups in time; the copy may miss some"
+                );
+            }
+            let floor = after.as_ref().map(|(h, u, g)| {
+                (
+                    h.as_str().to_string(),
+                    u.as_str().to_string(),
+                    g.as_str().to_string(),
+                )
+            });
+            let mut more = false;
             let mut page: Vec<UserGroupEntry> = Vec::new();
             for answer in gathered.answers {
                 if let Answer::UserGroups(entries) = answer {
-                    full |= entries.len() >= PAGE as usize;
-                    page.extend(entries);
+                    more |= entries.len() >= PAGE as usize;
+                    page.extend(
+                        entries
+                            .into_iter()
+                            .filter(|e| floor.as_ref().is_none_or(|f| key(e) > *f)),
+                    );
                 }
             }
-            let key = |e: &UserGroupEntry| {
-                (
-                    e.hub.as_str().to_string(),
-                    e.user.as_str().to_string(),
-                    e.group.as_str().to_string(),
-                )
-            };
             page.sort_by_cached_key(key);
-            page.dedup_by(|a, b| key(a) == key(b));
+            // Of entries listed twice, the longer-lived is kept (no ttl sorts last).
+            page.dedup_by(|later, earlier| {
+                let same = key(later) == key(earlier);
+                if same && (later.ttl.is_none() || earlier.ttl.is_some_and(|t| Some(t) < later.ttl))
+                {
+                    earlier.ttl = later.ttl;
+                }
+                same
+            });
+            more |= page.len() > PAGE as usize;
             page.truncate(PAGE as usize);
             self.router.restore_user_groups(&page);
             copied += page.len();
             match page.pop() {
-                Some(last) if full => after = Some((last.hub, last.user, last.group)),
-                _ => return copied,
+                Some(last) if more => after = Some((last.hub, last.user, last.group)),
+                _ => break,
             }
         }
+        self.router.end_copy();
+        copied
     }
 
-    /// Whether another node of the cluster uses this node's id (the backplane counts who
-    /// reads this node's inbox). Two nodes with one id would take each other's answers and
-    /// requests, so a node checks once before it serves.
+    /// Waits for this node's subscriptions to be live, up to `cluster.ask_timeout`; false when
+    /// they were not confirmed in time.
+    async fn settle_within_timeout(&self) -> bool {
+        tokio::time::timeout(self.config.cluster.ask_timeout, self.barrier())
+            .await
+            .is_ok()
+    }
+
+    /// Whether another live node of the cluster uses this node's id: it would answer on this
+    /// node's channel with its address. Called before this node serves, while it has no
+    /// address to answer with itself. Decided by answers, not by counting readers: a crashed
+    /// node's subscription can linger in Redis, and pattern subscribers count too.
     pub async fn id_in_use_elsewhere(&self) -> bool {
         if !self.in_cluster() {
             return false;
         }
-        self.barrier().await;
-        let waiting = self.asks.start(|_| true);
-        let message = Arc::new(Message::Ask {
-            hub: HubName::new("switchyard", None).expect("a valid hub name"),
-            from: self.node_id.clone(),
-            id: waiting.id(),
-            question: Question::Address,
-        });
-        let reached = self
-            .backplane
-            .ask(&Channel::Node(self.node_id.clone()), message)
+        self.settle_within_timeout().await;
+        let hub = HubName::new("switchyard", None).expect("a valid hub name");
+        let channel = Channel::Node(self.node_id.clone());
+        let gathered = self
+            .ask(&hub, channel, Question::Address, |a| {
+                matches!(a, Answer::At(_))
+            })
             .await;
-        reached.is_some_and(|readers| readers > 1)
+        gathered
+            .answers
+            .iter()
+            .any(|answer| matches!(answer, Answer::At(_)))
     }
 
-    /// The URL other nodes reach `node` at over HTTP; `None` when no such node answers.
-    pub(crate) async fn address_of(&self, hub: &HubName, node: &str) -> Option<String> {
+    /// The URL other nodes reach `node` at over HTTP: `Ok(None)` when no such node answers
+    /// for sure (nobody reads its channel), `Err(())` when that could not be told (the
+    /// backplane did not take the question, or a reader did not answer in time).
+    pub(crate) async fn address_of(&self, hub: &HubName, node: &str) -> Result<Option<String>, ()> {
         let channel = Channel::Node(node.to_string());
         let gathered = self
             .ask(hub, channel, Question::Address, |a| {
                 matches!(a, Answer::At(_))
             })
             .await;
-        gathered.answers.into_iter().find_map(|a| match a {
+        let found = gathered.answers.into_iter().find_map(|a| match a {
             Answer::At(url) => Some(url),
             _ => None,
-        })
+        });
+        match (found, gathered.complete) {
+            (Some(url), _) => Ok(Some(url)),
+            (None, true) => Ok(None),
+            (None, false) => Err(()),
+        }
     }
 
     /// Sends pre-encoded payloads to the target (the hot path of every send).

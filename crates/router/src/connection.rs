@@ -166,6 +166,11 @@ impl Outbound {
         self.state.lock().held = true;
     }
 
+    /// Whether frames are being held back (see [`Outbound::hold`]).
+    pub fn is_held(&self) -> bool {
+        self.state.lock().held
+    }
+
     /// Hands what was held to the writer.
     pub fn release(&self) {
         let mut state = self.state.lock();

@@ -364,7 +364,9 @@ impl Hub {
             let entry = shard.entry(user.clone()).or_default();
             let order = entry.next_order;
             entry.next_order += 1;
-            let expiry = now + ttl.unwrap_or(NO_TTL_LIFETIME);
+            // A ttl from another node is not trusted to be sane: capped, so the sum cannot
+            // overflow.
+            let expiry = now + ttl.map_or(NO_TTL_LIFETIME, |ttl| ttl.min(NO_TTL_LIFETIME));
             entry
                 .groups
                 .insert(group.clone(), (expiry, ttl.is_some(), order));

@@ -24,13 +24,14 @@ mod shard;
 pub use connection::{Batch, Connection, Outbound};
 pub use hub::{GroupMember, Hub, Join};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::RwLock;
 use switchyard_core::{
-    Answer, Channel, CloseReason, HubName, Message, Question, Target, UserGroupEntry, UserGroupKey,
+    Answer, Channel, CloseReason, GroupName, HubName, Message, Question, Target, UserGroupEntry,
+    UserGroupKey, UserId,
 };
 
 /// Receives first-member / last-member changes of channels on this node.
@@ -55,9 +56,15 @@ impl Interest for NoInterest {
 }
 
 /// The hubs of one node.
+/// A user-group membership a change touched: hub, user, group (`None`: all of them).
+type Touched = (HubName, UserId, Option<GroupName>);
+
 pub struct Router {
     hubs: RwLock<HashMap<HubName, Arc<Hub>>>,
     interest: Arc<dyn Interest>,
+    /// While this node copies the user-group table from others: the memberships changes
+    /// touched since (`None` for a user's leave of every group), which the copy must not undo.
+    copying: parking_lot::Mutex<Option<HashSet<Touched>>>,
 }
 
 impl Router {
@@ -65,6 +72,7 @@ impl Router {
         Router {
             hubs: RwLock::new(HashMap::new()),
             interest,
+            copying: parking_lot::Mutex::new(None),
         }
     }
 
@@ -130,12 +138,14 @@ impl Router {
                 group,
                 ttl,
             } => {
+                self.touched(hub, user, Some(group));
                 // User-group memberships outlive connections, so the hub is created here.
                 self.hub(hub)
                     .user_join_group(user, group, *ttl, Instant::now());
                 0
             }
             Message::UserLeaveGroup { hub, user, group } => {
+                self.touched(hub, user, group.as_ref());
                 if let Some(hub) = self.find_hub(hub) {
                     hub.user_leave_group(user, group.as_ref());
                 }
@@ -166,6 +176,7 @@ impl Router {
             return Answer::UserGroups(self.user_groups(after.as_ref(), *max as usize));
         }
         if let Question::UserJoinGroup { user, group, ttl } = question {
+            self.touched(hub, user, Some(group));
             // The table outlives connections: the hub is created, as for the message.
             self.hub(hub)
                 .user_join_group(user, group, *ttl, Instant::now());
@@ -245,11 +256,37 @@ impl Router {
         entries
     }
 
+    /// Starts noting which user-group memberships change, for [`Router::restore_user_groups`].
+    pub fn begin_copy(&self) {
+        *self.copying.lock() = Some(HashSet::new());
+    }
+
+    /// Stops noting changes (the copy is over).
+    pub fn end_copy(&self) {
+        *self.copying.lock() = None;
+    }
+
+    fn touched(&self, hub: &HubName, user: &UserId, group: Option<&GroupName>) {
+        if let Some(touched) = self.copying.lock().as_mut() {
+            touched.insert((hub.clone(), user.clone(), group.cloned()));
+        }
+    }
+
     /// Takes on memberships another node listed (see [`Router::user_groups`]), except those
-    /// this node already records: a change it heard since is newer than the listing.
+    /// a join or leave heard since [`Router::begin_copy`] touched: that change is newer than
+    /// the listing.
     pub fn restore_user_groups(&self, entries: &[UserGroupEntry]) {
         let now = Instant::now();
-        for entry in entries {
+        let copying = self.copying.lock();
+        let newer = |e: &UserGroupEntry| {
+            copying.as_ref().is_some_and(|touched| {
+                touched.contains(&(e.hub.clone(), e.user.clone(), Some(e.group.clone())))
+                    || touched.contains(&(e.hub.clone(), e.user.clone(), None))
+            })
+        };
+        let take: Vec<&UserGroupEntry> = entries.iter().filter(|e| !newer(e)).collect();
+        drop(copying);
+        for entry in take {
             let hub = self.hub(&entry.hub);
             if !hub.records_user_group(&entry.user, &entry.group) {
                 hub.user_join_group(&entry.user, &entry.group, entry.ttl, now);

@@ -35,6 +35,26 @@ function answers(port) {
   });
 }
 
+/**
+ * A port for a cluster-enabled redis-server: its bus listens on port + 10000, which must be a
+ * valid port and free too.
+ */
+async function freeClusterPort() {
+  for (let i = 0; i < 100; i += 1) {
+    const port = await freePort();
+    if (port < 55000 && (await portIsFree(port + 10000))) return port;
+  }
+  throw new Error('no free port pair (port, port + 10000) for a cluster-enabled redis-server');
+}
+
+function portIsFree(port) {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.on('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
 async function waitUntilListening(port, what, proc) {
   const deadline = Date.now() + START_TIMEOUT_MS;
   while (!(await answers(port))) {
@@ -73,25 +93,26 @@ function need(command, apt) {
   }
 }
 
-async function startRedis(dir) {
+async function startRedis(dir, parts) {
   need('redis-server', 'redis-server');
   const port = await freePort();
   const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const proc = managed(child, 'redis-server');
+  parts.push(proc);
   await waitUntilListening(port, 'redis-server', proc);
   proc.url = `redis://127.0.0.1:${port}`;
   return proc;
 }
 
 /** Three cluster-enabled redis-server masters joined with `redis-cli --cluster create`. */
-async function startRedisCluster(dir) {
+async function startRedisCluster(dir, parts) {
   need('redis-server', 'redis-server');
   need('redis-cli', 'redis-server (redis-tools)');
   const masters = [];
   for (let i = 0; i < 3; i += 1) {
-    const port = await freePort();
+    const port = await freeClusterPort();
     const own = path.join(dir, `redis-${port}`);
     fs.mkdirSync(own);
     const child = spawn('redis-server', [
@@ -102,13 +123,18 @@ async function startRedisCluster(dir) {
     const proc = managed(child, `redis-server ${port}`);
     proc.port = port;
     masters.push(proc);
+    parts.push(proc);
     await waitUntilListening(port, 'redis-server (cluster)', proc);
   }
-  execFileSync('redis-cli', ['--cluster', 'create', ...masters.map((m) => `127.0.0.1:${m.port}`), '--cluster-replicas', '0', '--cluster-yes'], { stdio: 'ignore', timeout: 20000 });
+  try {
+    execFileSync('redis-cli', ['--cluster', 'create', ...masters.map((m) => `127.0.0.1:${m.port}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 20000 });
+  } catch (e) {
+    throw new Error(`redis-cli --cluster create failed: ${e.message}\n${e.stdout || ''}${e.stderr || ''}\n${masters.map((m) => m.log()).join('\n')}`);
+  }
   const deadline = Date.now() + START_TIMEOUT_MS;
   for (const m of masters) {
     for (;;) {
-      const info = execFileSync('redis-cli', ['-p', String(m.port), 'cluster', 'info'], { encoding: 'utf8' });
+      const info = execFileSync('redis-cli', ['-p', String(m.port), 'cluster', 'info'], { encoding: 'utf8', timeout: 5000 });
       if (info.includes('cluster_state:ok')) break;
       if (Date.now() > deadline) throw new Error(`redis cluster not ok on ${m.port}:\n${info}`);
       await new Promise((r) => setTimeout(r, 100));
@@ -118,7 +144,7 @@ async function startRedisCluster(dir) {
 }
 
 /** nginx in the foreground with its own prefix directory, round-robin over `upstreams`. */
-async function startNginx(dir, port, upstreams) {
+async function startNginx(dir, port, upstreams, parts) {
   const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => fs.existsSync(p));
   if (!nginx) need('nginx', 'nginx-light (or nginx)');
   const conf = `
@@ -161,6 +187,7 @@ http {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const proc = managed(child, 'nginx');
+  parts.push(proc);
   proc.log = () => {
     let errors = '';
     try {
@@ -190,13 +217,11 @@ async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = f
   try {
     let redis;
     if (redisCluster) {
-      const started = await startRedisCluster(dir);
-      parts.push(...started.masters);
+      const started = await startRedisCluster(dir, parts);
       redis = { url: started.url, masters: started.masters };
       Object.defineProperty(redis, 'exited', { get: () => started.masters.some((m) => m.exited) });
     } else {
-      redis = await startRedis(dir);
-      parts.push(redis);
+      redis = await startRedis(dir, parts);
     }
     const lbPort = await freePort();
     const lbUrl = `http://127.0.0.1:${lbPort}`;
@@ -212,8 +237,7 @@ async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = f
       parts.push(node);
       nodes.push(node);
     }
-    const nginx = await startNginx(dir, lbPort, nodes.map((n) => `127.0.0.1:${n.port}`));
-    parts.push(nginx);
+    const nginx = await startNginx(dir, lbPort, nodes.map((n) => `127.0.0.1:${n.port}`), parts);
     const lb = Object.create(Object.getPrototypeOf(nodes[0]));
     Object.assign(lb, nodes[0], { baseUrl: lbUrl, port: lbPort });
     return { lb, nodes, redis, nginx, stop };

@@ -48,12 +48,19 @@ pub(crate) fn key_naming(random: String, node: &str) -> String {
     format!("{random}.{node}")
 }
 
-/// The node a key names, if it names one.
+/// The node a key names, if it names one that could be a node id (1 to 64 letters, digits,
+/// `-`, `_`, `.`): anything else is no key of a cluster and is not looked up.
 pub(crate) fn node_of_key(key: &str) -> Option<&str> {
-    key.split_once('.')
-        .map(|(_, node)| node)
-        .filter(|n| !n.is_empty())
+    key.split_once('.').map(|(_, node)| node).filter(|node| {
+        (1..=64).contains(&node.len())
+            && node
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    })
 }
+
+/// At most this many node addresses are remembered (known nodes and names nobody answers for).
+const MAX_ADDRESSES: usize = 1024;
 
 /// Passes requests on to other nodes; one per node.
 pub(crate) struct Forwarder {
@@ -67,8 +74,16 @@ impl Forwarder {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        // A node whose host vanished (no FIN, no RST) is noticed by the kernel, not after
+        // the retransmission timeout.
+        connector.set_keepalive(Some(Duration::from_secs(30)));
+        let client = Client::builder(TokioExecutor::new())
+            // Below the peer's idle limit (`timeouts.request_header_timeout`, 10 s), so a
+            // pooled connection is not reused just as the peer closes it.
+            .pool_idle_timeout(Duration::from_secs(5))
+            .build(connector);
         Forwarder {
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client,
             addresses: Mutex::new(HashMap::new()),
         }
     }
@@ -85,14 +100,19 @@ impl Forwarder {
                 return address.clone();
             }
         }
-        let address = executor.address_of(hub, node).await;
+        // Only a sure answer is remembered: a timeout or a Redis hiccup must not make a live
+        // node's connections unreachable for the next few seconds.
+        let Ok(address) = executor.address_of(hub, node).await else {
+            return None;
+        };
         let mut addresses = self.addresses.lock();
-        // Bounded: entries are only made for node names someone asked about; forget the
-        // stale ones before they add up.
-        if addresses.len() >= 1024 {
-            addresses.retain(|_, (_, learnt)| learnt.elapsed() < ADDRESS_TTL);
+        if addresses.len() >= MAX_ADDRESSES {
+            addresses
+                .retain(|_, (address, learnt)| address.is_some() && learnt.elapsed() < ADDRESS_TTL);
         }
-        addresses.insert(node.to_string(), (address.clone(), Instant::now()));
+        if addresses.len() < MAX_ADDRESSES {
+            addresses.insert(node.to_string(), (address.clone(), Instant::now()));
+        }
         address
     }
 
@@ -164,7 +184,7 @@ impl Forwarder {
         let mut response = match self.client.request(outgoing).await {
             Ok(response) => response,
             Err(error) => {
-                tracing::warn!(node, %error, "cannot reach the node that holds a connection");
+                tracing::debug!(node, %error, "cannot reach the node that holds a connection");
                 self.forget(node);
                 return unreachable(metrics);
             }
@@ -181,11 +201,7 @@ impl Forwarder {
                 let (Ok(client), Ok(node)) = tokio::join!(client_side, node_side) else {
                     return;
                 };
-                let _ = tokio::io::copy_bidirectional(
-                    &mut TokioIo::new(client),
-                    &mut TokioIo::new(node),
-                )
-                .await;
+                tunnel(TokioIo::new(client), TokioIo::new(node), HALF_CLOSED_GRACE).await;
             });
             let (parts, _) = response.into_parts();
             return Response::from_parts(parts, Body::empty());
@@ -193,6 +209,35 @@ impl Forwarder {
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         Response::from_parts(parts, Body::new(body))
+    }
+}
+
+/// How long one direction of a tunnel may stay open after the other has ended.
+const HALF_CLOSED_GRACE: Duration = Duration::from_secs(5);
+
+/// Copies bytes both ways until one side ends, then gives the other a few seconds to finish:
+/// a WebSocket ends with a close handshake, and a peer that vanished without a word must not
+/// hold the task and both sockets.
+async fn tunnel<A, B>(client: A, node: B, grace: Duration)
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut node_read, mut node_write) = tokio::io::split(node);
+    let up = async {
+        let _ = tokio::io::copy(&mut client_read, &mut node_write).await;
+        let _ = node_write.shutdown().await;
+    };
+    let down = async {
+        let _ = tokio::io::copy(&mut node_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
+    tokio::pin!(up, down);
+    tokio::select! {
+        () = &mut up => { let _ = tokio::time::timeout(grace, down).await; }
+        () = &mut down => { let _ = tokio::time::timeout(grace, up).await; }
     }
 }
 
@@ -206,10 +251,16 @@ fn strip_hop_by_hop(headers: &mut axum::http::HeaderMap) {
 /// client's address rather than this node's.
 fn append_forwarded_for(headers: &mut axum::http::HeaderMap, peer: std::net::IpAddr) {
     let name = HeaderName::from_static("x-forwarded-for");
-    let value = match headers.get(&name).and_then(|v| v.to_str().ok()) {
-        Some(earlier) => format!("{earlier}, {peer}"),
-        None => peer.to_string(),
-    };
+    // Every line of the header, in order: a proxy that adds a line of its own must not lose
+    // it to the client's line.
+    let mut hops: Vec<String> = headers
+        .get_all(&name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    hops.push(peer.to_string());
+    let value = hops.join(", ");
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(name, value);
     }
@@ -234,5 +285,41 @@ mod tests {
         append_forwarded_for(&mut headers, "10.0.0.1".parse().unwrap());
         append_forwarded_for(&mut headers, "10.0.0.2".parse().unwrap());
         assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 10.0.0.2");
+        // Two lines (a client's and a proxy's) both survive, in order.
+        let mut headers = axum::http::HeaderMap::new();
+        headers.append("x-forwarded-for", "6.6.6.6".parse().unwrap());
+        headers.append("x-forwarded-for", "192.0.2.7".parse().unwrap());
+        append_forwarded_for(&mut headers, "10.0.0.3".parse().unwrap());
+        assert_eq!(headers.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(headers["x-forwarded-for"], "6.6.6.6, 192.0.2.7, 10.0.0.3");
+    }
+
+    #[test]
+    fn only_node_ids_are_looked_up() {
+        let longest = format!("k.{}", "n".repeat(64));
+        assert_eq!(node_of_key(&longest).map(str::len), Some(64));
+        assert_eq!(node_of_key(&format!("k.{}", "n".repeat(65))), None);
+        assert_eq!(node_of_key("k.n1/../x"), None);
+        assert_eq!(node_of_key("k.n 1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_ends_when_one_side_goes_quiet_after_the_other_ended() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client, mut client_far) = tokio::io::duplex(64);
+        let (node, mut node_far) = tokio::io::duplex(64);
+        let grace = Duration::from_millis(50);
+        let task = tokio::spawn(tunnel(client, node, grace));
+        client_far.write_all(b"hi").await.unwrap();
+        let mut got = [0u8; 2];
+        node_far.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hi");
+        // The node side ends; the client stays connected and silent.
+        drop(node_far);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the tunnel ended")
+            .unwrap();
+        drop(client_far);
     }
 }

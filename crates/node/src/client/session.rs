@@ -335,6 +335,12 @@ impl ClientConnection {
         self.handshake_done.load(Ordering::Relaxed)
     }
 
+    /// Whether a keep-alive ping may be written: the handshake is done and its response is
+    /// not held back (a ping must never reach the client before that response).
+    pub(crate) fn may_ping(&self) -> bool {
+        self.handshake_done() && !self.connection.outbound().is_held()
+    }
+
     /// The Close message to send before ending, if the client completed its handshake.
     pub(crate) fn close_frame(&self, reason: &CloseReason) -> Option<Bytes> {
         // Default mode, the app server has not answered the handshake yet: a Close message

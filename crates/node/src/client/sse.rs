@@ -94,7 +94,7 @@ impl StreamState {
                     format_event(client.close_frame(&reason).into_iter())
                 }
             },
-            _ = sleep_until(self.last_write + keep_alive), if client.handshake_done() => {
+            _ = sleep_until(self.last_write + keep_alive), if client.may_ping() => {
                 format_event(std::iter::once(ping(Format::Json)))
             }
         };

@@ -182,7 +182,7 @@ fn run<'a>(
                     Batch::Frames => Step::Write,
                     Batch::Close(reason) => break reason,
                 },
-                _ = &mut ping_due, if client.handshake_done() => Step::Ping,
+                _ = &mut ping_due, if client.may_ping() => Step::Ping,
             };
             match step {
                 Step::Write => {
@@ -237,7 +237,7 @@ async fn hold(
                 Batch::Frames => Step::Write,
                 Batch::Close(reason) => return Held::Close(reason),
             },
-            _ = &mut ping_due, if client.handshake_done() => Step::Ping,
+            _ = &mut ping_due, if client.may_ping() => Step::Ping,
         };
         let written = match step {
             Step::Ping => write_ping(socket, client).await,
