@@ -145,6 +145,11 @@ async fn connect_single(
         .set_response_timeout(Some(shared.settings.response_timeout))
         .set_connection_timeout(Some(shared.settings.response_timeout))
         .set_automatic_resubscription()
+        // Reconnect for as long as it takes: this connection sends nothing unless a
+        // subscription changes, so once its retries ran out nothing would bring it back and
+        // the node would stop hearing the cluster after a long Redis outage.
+        .set_number_of_retries(usize::MAX)
+        .set_max_delay(std::time::Duration::from_secs(2))
         .set_push_sender(move |push: PushInfo| {
             reader.push(push, None);
             Ok::<(), ()>(())

@@ -89,3 +89,45 @@ fn undecodable_messages_are_counted_and_dropped() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A Redis outage longer than the client library's default reconnect attempts (about 13 s):
+/// once Redis is back, the node hears the cluster again (it reconnects and resubscribes by
+/// itself; messages published during the outage are lost, as docs/cluster.md says).
+#[test]
+fn a_node_hears_the_cluster_again_after_a_long_redis_outage() {
+    use std::time::{Duration, Instant};
+    let mut redis = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let near = runtime
+        .block_on(RedisBackplane::connect(RedisSettings::new(redis.url())))
+        .unwrap();
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl switchyard_backplane::Sink for Count {
+        fn receive(&self, _: &Arc<switchyard_core::Message>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let count = Arc::new(Count::default());
+    let node = "n1".to_string();
+    near.attach(&node, count.clone());
+    runtime.block_on(near.barrier(&node));
+    redis.restart_after(Duration::from_secs(16));
+    let far = runtime
+        .block_on(RedisBackplane::connect(RedisSettings::new(redis.url())))
+        .unwrap();
+    let message = Arc::new(switchyard_core::Message::UserLeaveGroup {
+        hub: switchyard_core::HubName::new("chat", None).unwrap(),
+        user: switchyard_core::UserId::new("u").unwrap(),
+        group: None,
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count.0.load(Ordering::Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the node never heard the cluster again"
+        );
+        far.publish(&[switchyard_core::Channel::All], message.clone());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

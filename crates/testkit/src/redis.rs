@@ -55,6 +55,19 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Kills the server (SIGKILL: clients see their connections drop) and starts a fresh one
+    /// on the same port after `down` (an outage of that length; its data is gone, as after
+    /// a restart without persistence).
+    pub fn restart_after(&mut self, down: Duration) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let fresh = RedisServer::start_with(self.port, &[]);
+        let old = std::mem::replace(self, fresh);
+        // The old handle's process is gone; its directory is the new one's too.
+        std::mem::forget(old);
+    }
+
     /// Runs `redis-cli` against this server and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
         let output = Command::new("redis-cli")
