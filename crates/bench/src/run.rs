@@ -348,7 +348,14 @@ fn app_server(
 fn local_port_of(url: &str) -> Option<u16> {
     let url = url::Url::parse(url).ok()?;
     let local = match url.host()? {
-        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        // `redis://127.0.0.1:6379` (a scheme the URL standard does not know) keeps its host
+        // as text.
+        url::Host::Domain(name) => {
+            name.eq_ignore_ascii_case("localhost")
+                || name
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
         url::Host::Ipv4(ip) => ip.is_loopback(),
         url::Host::Ipv6(ip) => ip.is_loopback(),
     };
@@ -1195,6 +1202,16 @@ mod tests {
         assert!(!rule_passes(&bucket(100, &[5; 100]), 11, 1000));
         // Nothing expected (idle): only connections count.
         assert!(rule_passes(&bucket(0, &[]), 0, 10));
+    }
+
+    #[test]
+    fn local_ports() {
+        assert_eq!(local_port_of("http://127.0.0.1:8080/"), Some(8080));
+        assert_eq!(local_port_of("redis://127.0.0.1:6379"), Some(6379));
+        assert_eq!(local_port_of("redis://localhost:6380/0"), Some(6380));
+        assert_eq!(local_port_of("http://[::1]:81"), Some(81));
+        assert_eq!(local_port_of("redis://10.0.0.1:6379"), None);
+        assert_eq!(local_port_of("redis://example.com:6379"), None);
     }
 
     #[test]

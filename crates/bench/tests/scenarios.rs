@@ -300,6 +300,8 @@ async fn rest_scenarios_across_two_nodes() {
             redis.publish_calls > 0 && redis.net_output_bytes > 0,
             "{context}"
         );
+        // The redis-server is on this machine: its process is found from the URL's port.
+        assert!(redis.process.is_some(), "{context}");
         let per = redis.publish_per_message.unwrap();
         assert!((0.5..=1.5).contains(&per), "{context}");
         assert!(report.steps[0].redis.is_some(), "{context}");
