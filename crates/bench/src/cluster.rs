@@ -73,7 +73,7 @@ impl Probe {
             redis,
             cluster,
             http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(2))
+                .timeout(Duration::from_secs(3))
                 .build()
                 .unwrap_or_default(),
         }
@@ -94,8 +94,14 @@ impl Probe {
         let mut backplane = Vec::new();
         let mut redis = None;
         if self.cluster {
-            for node in &self.nodes {
-                backplane.push(self.backplane(&node.url).await);
+            // All nodes at once: one busy node must not delay the others' readings.
+            let reads: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|node| tokio::spawn(backplane_of(self.http.clone(), node.url.clone())))
+                .collect();
+            for read in reads {
+                backplane.push(read.await.ok().flatten());
             }
             if let Some(r) = &self.redis {
                 let url = r.url.clone();
@@ -113,19 +119,19 @@ impl Probe {
             at,
         }
     }
+}
 
-    async fn backplane(&self, base: &str) -> Option<Backplane> {
-        let text = self
-            .http
-            .get(format!("{base}metrics"))
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        parse_backplane(&text)
-    }
+/// A node's backplane counters from its `/metrics`.
+async fn backplane_of(http: reqwest::Client, base: String) -> Option<Backplane> {
+    let text = http
+        .get(format!("{base}metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    parse_backplane(&text)
 }
 
 impl Snapshot {
@@ -269,7 +275,11 @@ pub fn parse_info(text: &str) -> HashMap<String, String> {
 
 /// `switchyard_backplane_messages_total{kind="published"|"received"}` from `/metrics`.
 pub fn parse_backplane(metrics: &str) -> Option<Backplane> {
-    let mut found = None;
+    // The family is declared before its first copy from the backplane (once a second after
+    // the node starts): declared without samples means nothing counted yet.
+    let mut found = metrics
+        .contains("# TYPE switchyard_backplane_messages ")
+        .then(Backplane::default);
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix("switchyard_backplane_messages_total{") else {
             continue;
@@ -327,6 +337,8 @@ mod tests {
             })
         );
         assert_eq!(parse_backplane("switchyard_connections 3\n"), None);
+        let declared = "# TYPE switchyard_backplane_messages counter\nswitchyard_connections 3\n";
+        assert_eq!(parse_backplane(declared), Some(Backplane::default()));
     }
 
     fn sample(cpu: f64, rss: u64) -> Sample {
