@@ -14,6 +14,10 @@ const START_WAIT: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub struct Children {
     processes: Vec<Child>,
+    /// Stopped after every process above (Redis outlives the nodes that use it, so they do
+    /// not log its loss), with the scratch directories to remove.
+    last: Vec<Child>,
+    dirs: Vec<std::path::PathBuf>,
 }
 
 /// A started child: its pid and the value of its announcement line.
@@ -30,6 +34,71 @@ impl Children {
             &["serve", "--listen", "127.0.0.1:0"],
             "ConnectionString: ",
         )
+    }
+
+    /// `switchyard serve --listen 127.0.0.1:0 --redis URL --node-id ID` → its connection
+    /// string.
+    pub fn start_node(&mut self, bin: &Path, redis_url: &str, id: &str) -> Result<Started, String> {
+        self.start(
+            bin,
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--redis",
+                redis_url,
+                "--node-id",
+                id,
+            ],
+            "ConnectionString: ",
+        )
+        .map_err(|e| format!("node {id}: {e}"))
+    }
+
+    /// `redis-server` on 127.0.0.1 and a free port, without persistence, in a scratch
+    /// directory; returns once it answers PING. The value is its `redis://` URL.
+    pub fn start_redis(&mut self) -> Result<Started, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("a free port for redis-server: {e}"))?
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-bench-redis-{}-{port}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        self.dirs.push(dir.clone());
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            // Room for 64 nodes' publisher and subscriber connections and more.
+            .args(["--maxclients", "10000"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| {
+                format!("start redis-server: {e} (Debian: apt-get install redis-server)")
+            })?;
+        let pid = child.id();
+        self.last.push(child);
+        let url = format!("redis://127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + START_WAIT;
+        loop {
+            if crate::cluster::redis_info(&url, "server").is_ok() {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "redis-server (pid {pid}) did not answer on port {port} within {START_WAIT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Started { pid, value: url })
     }
 
     /// `switchyard-bench app-server` against `connection_string` → its base URL.
@@ -91,9 +160,12 @@ impl Drop for Children {
     fn drop(&mut self) {
         // In start order: the service before its app server, so the service does not log
         // every server connection's reset.
-        for child in self.processes.iter_mut() {
+        for child in self.processes.iter_mut().chain(self.last.iter_mut()) {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

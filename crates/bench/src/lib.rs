@@ -19,6 +19,7 @@
 pub mod app_server;
 pub mod chart;
 pub mod children;
+pub mod cluster;
 pub mod negotiate;
 pub mod procstat;
 pub mod report;

@@ -22,7 +22,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
 use hdrhistogram::Histogram;
-use switchyard_capacity::report::{Counts, Latency, ProcessUsage, Report, Step};
+use switchyard_capacity::report::{
+    Cluster, Counts, Latency, ProcessUsage, RedisUsage, Report, Step,
+};
 
 /// Upper bounds (exclusive, ms) of Azure's v1 latency buckets `message:lt:100` …
 /// `message:lt:1000`; an 11th bucket, `message:ge:1000`, takes the rest.
@@ -463,6 +465,7 @@ struct Column<'a> {
     service: Option<&'a ProcessUsage>,
     app_server: Option<&'a ProcessUsage>,
     cpu_us_per_delivery: Option<f64>,
+    redis: Option<&'a RedisUsage>,
 }
 
 impl<'a> Column<'a> {
@@ -480,6 +483,7 @@ impl<'a> Column<'a> {
             service: step.service.as_ref(),
             app_server: step.app_server.as_ref(),
             cpu_us_per_delivery: step.service_cpu_us_per_delivery,
+            redis: step.redis.as_ref(),
         }
     }
 
@@ -502,6 +506,7 @@ impl<'a> Column<'a> {
                 .as_ref()
                 .filter(|_| c.received > 0)
                 .map(|s| s.cpu_seconds * 1e6 / c.received as f64),
+            redis: report.cluster.as_ref().and_then(|c| c.redis.as_ref()),
         }
     }
 
@@ -669,6 +674,28 @@ pub fn table(report: &Report) -> String {
     row("Service CPU µs/delivery", &|c| {
         c.cpu_us_per_delivery.map_or(NONE.into(), fmt_number)
     });
+    if cols.iter().any(|c| c.redis.is_some()) {
+        row("Redis CPU (cores)", &|c| {
+            c.redis
+                .filter(|r| r.seconds > 0.0)
+                .map_or(NONE.into(), |r| fmt_cores(r.cpu_seconds / r.seconds))
+        });
+        row("Redis CPU µs/message", &|c| {
+            c.redis
+                .and_then(|r| r.cpu_us_per_message)
+                .map_or(NONE.into(), fmt_number)
+        });
+        row("Redis bytes/message", &|c| {
+            c.redis
+                .and_then(|r| r.bytes_per_message)
+                .map_or(NONE.into(), fmt_number)
+        });
+        row("PUBLISH per message sent", &|c| {
+            c.redis
+                .and_then(|r| r.publish_per_message)
+                .map_or(NONE.into(), fmt_number)
+        });
+    }
     if cols.iter().any(|c| c.app_server.is_some()) {
         row("App server CPU (cores)", &|c| {
             c.app_server.map_or(NONE.into(), |u| fmt_cores(u.cores))
@@ -723,7 +750,81 @@ pub fn table(report: &Report) -> String {
             fmt_number(bytes)
         );
     }
+    if let Some(cluster) = &report.cluster {
+        out.push_str(&cluster_lines(cluster));
+    }
     let _ = writeln!(out, "{}", result_line(report));
+    out
+}
+
+/// The nodes and Redis of a cluster run, one line each.
+fn cluster_lines(cluster: &Cluster) -> String {
+    let mut out = format!(
+        "Cluster: {} node{} (the service figures above are their sums), REST calls into {}:\n",
+        cluster.nodes.len(),
+        if cluster.nodes.len() == 1 { "" } else { "s" },
+        if cluster.rest_nodes.is_empty() {
+            NONE
+        } else {
+            cluster.rest_nodes.as_str()
+        }
+    );
+    for node in &cluster.nodes {
+        let _ = write!(
+            out,
+            "  {} {}: {} connections",
+            node.name,
+            node.url,
+            fmt_count(node.connections)
+        );
+        if let Some(p) = &node.process {
+            let _ = write!(
+                out,
+                ", CPU {} s ({} cores), RSS {}",
+                fmt_number(p.cpu_seconds),
+                fmt_cores(p.cores),
+                fmt_memory_kb(p.rss_kb)
+            );
+        }
+        if let (Some(p), Some(r)) = (node.backplane_published, node.backplane_received) {
+            let _ = write!(
+                out,
+                ", backplane published {} received {} (measured window)",
+                fmt_count(p),
+                fmt_count(r)
+            );
+        }
+        out.push_str(".\n");
+    }
+    if let Some(r) = &cluster.redis {
+        let _ = write!(
+            out,
+            "  Redis over {} s: CPU {} s, in {} bytes, out {} bytes, {} commands, {} PUBLISH for {} messages sent",
+            fmt_number(r.seconds),
+            fmt_number(r.cpu_seconds),
+            fmt_count(r.net_input_bytes),
+            fmt_count(r.net_output_bytes),
+            fmt_count(r.commands),
+            fmt_count(r.publish_calls),
+            fmt_count(r.messages_sent)
+        );
+        if let Some(p) = &r.process {
+            let _ = write!(
+                out,
+                "; redis-server in /proc: CPU {} s, RSS {}",
+                fmt_number(p.cpu_seconds),
+                fmt_memory_kb(p.rss_kb)
+            );
+        }
+        let per = |v: Option<f64>| v.map_or(NONE.to_string(), fmt_number);
+        let _ = writeln!(
+            out,
+            ".\n  Per message sent: Redis CPU {} µs, {} bytes, {} PUBLISH.",
+            per(r.cpu_us_per_message),
+            per(r.bytes_per_message),
+            per(r.publish_per_message)
+        );
+    }
     out
 }
 
@@ -738,6 +839,7 @@ struct Headline<'a> {
     latency: &'a Latency,
     service: Option<&'a ProcessUsage>,
     cpu_us_per_delivery: Option<f64>,
+    redis: Option<&'a RedisUsage>,
 }
 
 impl<'a> Headline<'a> {
@@ -751,6 +853,7 @@ impl<'a> Headline<'a> {
             latency: &step.latency,
             service: step.service.as_ref().or(report.service.as_ref()),
             cpu_us_per_delivery: step.service_cpu_us_per_delivery,
+            redis: step.redis.as_ref(),
         };
         let total = report.steps.len();
         if let Some(step) = last_passing(report) {
@@ -783,6 +886,7 @@ impl<'a> Headline<'a> {
             latency: &report.latency,
             service: report.service.as_ref(),
             cpu_us_per_delivery: col.cpu_us_per_delivery,
+            redis: col.redis,
         }
     }
 }
@@ -944,6 +1048,34 @@ pub fn compare_table(reports: &[&Report]) -> String {
         &|_, h| h.cpu_us_per_delivery.map_or(NONE.into(), fmt_number),
         Some(&|_, h| h.cpu_us_per_delivery),
     );
+    if reports.iter().any(|r| r.cluster.is_some()) {
+        row(
+            "Nodes (REST into)",
+            &|r, _| match &r.cluster {
+                Some(c) => format!("{} ({})", c.nodes.len(), or_none(&c.rest_nodes)),
+                None => "1".into(),
+            },
+            None,
+        );
+        let redis = |h: &Headline<'_>, f: &dyn Fn(&RedisUsage) -> Option<f64>| {
+            h.redis.and_then(f).map_or(NONE.into(), fmt_number)
+        };
+        row(
+            "Redis CPU µs/message",
+            &|_, h| redis(h, &|r| r.cpu_us_per_message),
+            Some(&|_, h| h.redis.and_then(|r| r.cpu_us_per_message)),
+        );
+        row(
+            "Redis bytes/message",
+            &|_, h| redis(h, &|r| r.bytes_per_message),
+            Some(&|_, h| h.redis.and_then(|r| r.bytes_per_message)),
+        );
+        row(
+            "PUBLISH per message sent",
+            &|_, h| redis(h, &|r| r.publish_per_message),
+            None,
+        );
+    }
     row(
         "Azure unit reached",
         &|r, _| r.azure_unit.clone().unwrap_or_else(|| NONE.into()),
@@ -1019,6 +1151,7 @@ pub(crate) mod tests {
             service: Some(usage(0.25 * index as f64, 81_920 + 1024 * index as u64)),
             app_server: Some(usage(0.5, 40_960)),
             service_cpu_us_per_delivery: Some(250.0),
+            redis: None,
         }
     }
 
@@ -1382,6 +1515,64 @@ pub(crate) mod tests {
         assert_eq!(scenario_heading("echo"), "Echo");
         assert_eq!(scenario_heading("send-to-group"), "Send to group");
         assert_eq!(scenario_heading("rest-broadcast"), "REST broadcast");
+    }
+
+    #[test]
+    fn table_and_compare_of_a_cluster_run() {
+        let redis = RedisUsage {
+            seconds: 30.0,
+            process: Some(usage(0.1, 8_192)),
+            cpu_seconds: 3.0,
+            net_input_bytes: 60_000 * 10,
+            net_output_bytes: 60_000 * 20,
+            commands: 60,
+            publish_calls: 60,
+            messages_sent: 60,
+            cpu_us_per_message: Some(50_000.0),
+            bytes_per_message: Some(30_000.0),
+            publish_per_message: Some(1.0),
+        };
+        let mut r = single_step();
+        r.steps[0].redis = Some(redis.clone());
+        r.cluster = Some(Cluster {
+            nodes: (1..=3)
+                .map(|i| switchyard_capacity::report::NodeUsage {
+                    name: format!("n{i}"),
+                    url: format!("http://127.0.0.1:800{i}/"),
+                    connections: 333,
+                    process: Some(usage(0.2, 30_000)),
+                    backplane_published: Some(if i == 1 { 60 } else { 0 }),
+                    backplane_received: Some(60),
+                })
+                .collect(),
+            rest_nodes: "n1".into(),
+            redis: Some(redis),
+        });
+        let t = table(&r);
+        assert_eq!(cells(&t, "PUBLISH per message sent")[1], "1");
+        assert_eq!(cells(&t, "Redis CPU µs/message")[1], "50,000");
+        assert_eq!(cells(&t, "Redis bytes/message")[1], "30,000");
+        assert!(t.contains("Cluster: 3 nodes"), "{t}");
+        assert!(t.contains("REST calls into n1"), "{t}");
+        assert!(
+            t.contains("n2 http://127.0.0.1:8002/: 333 connections"),
+            "{t}"
+        );
+        assert!(t.contains("backplane published 0 received 60"), "{t}");
+        assert!(t.contains("Per message sent: Redis CPU 50,000 µs, 30,000 bytes, 1 PUBLISH."));
+        // A single-node report has no cluster rows; side by side, it shows "1" node.
+        let single = single_step();
+        assert!(!table(&single).contains("Redis"));
+        let json = serde_json::to_string(&single).unwrap();
+        assert!(
+            !json.contains("cluster") && !json.contains("redis"),
+            "{json}"
+        );
+        let t = compare_table(&[&r, &single]);
+        assert_eq!(cells(&t, "Nodes (REST into)")[1..3], ["3 (n1)", "1"]);
+        assert_eq!(cells(&t, "PUBLISH per message sent")[1..3], ["1", "-"]);
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

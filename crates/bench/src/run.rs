@@ -11,12 +11,13 @@ use std::time::{Duration, SystemTime};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use switchyard_auth::ConnectionString;
-use switchyard_capacity::report::{Counts, ProcessUsage, Report, Second, Step};
+use switchyard_capacity::report::{Cluster, Counts, ProcessUsage, Report, Second, Step};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
 use crate::children::Children;
+use crate::cluster::{self, Node, Probe, Redis, Snapshot};
 use crate::procstat::{self, Sample};
 use crate::report;
 use crate::scenario::{Endpoint, Plan, RestTarget, RunArgs, Scenario};
@@ -47,14 +48,148 @@ struct Target {
     mode: &'static str,
     endpoint: Endpoint,
     rest: Option<RestTarget>,
-    /// The process whose CPU/memory is "the service" in the report.
-    service_pid: Option<u32>,
+    /// The processes whose CPU/memory is "the service" in the report (their sum), and in a
+    /// cluster, Redis.
+    probe: Probe,
     app_pid: Option<u32>,
+    /// `n1` / `all`: where REST calls enter, in a cluster.
+    rest_nodes: String,
     _children: Children,
+}
+
+impl Target {
+    fn clustered(&self) -> bool {
+        self.probe.cluster
+    }
+}
+
+/// The nodes, their Redis, the access key and the first node's connection string.
+type ClusterTarget = (Vec<Node>, Redis, String, String);
+
+/// The nodes of the target as `--nodes`, `--client-endpoints` or `--redis-url` name them;
+/// `None` for the single service of `--service-bin` / `--connection-string` without Redis.
+fn cluster_nodes(
+    args: &RunArgs,
+    children: &mut Children,
+) -> Result<Option<ClusterTarget>, RunError> {
+    let count = match (args.nodes, args.client_endpoints.len(), &args.redis_url) {
+        (Some(n), _, _) => n,
+        (None, 0, None) => return Ok(None),
+        (None, 0, Some(_)) => 1,
+        (None, n, _) => n as u32,
+    };
+    let redis =
+        match &args.redis_url {
+            Some(url) => Redis {
+                url: url.clone(),
+                pid: local_port_of(url).and_then(procstat::listener_pid),
+            },
+            None if args.nodes.is_some() => {
+                let started = children.start_redis()?;
+                Redis {
+                    url: started.value,
+                    pid: Some(started.pid),
+                }
+            }
+            None => return Err(RunError(
+                "--client-endpoints: name the cluster's Redis with --redis-url too (its cost is \
+                 what a cluster run measures)"
+                    .into(),
+            )),
+        };
+    let mut nodes = Vec::new();
+    let mut key: Option<String> = None;
+    let mut first_cs = args.connection_string.clone();
+    match (&args.service_bin, &args.connection_string) {
+        (Some(bin), _) if args.client_endpoints.is_empty() => {
+            for i in 1..=count {
+                let name = format!("n{i}");
+                let started = children.start_node(bin, &redis.url, &name)?;
+                let cs = ConnectionString::from_str(&started.value)
+                    .map_err(|e| RunError(format!("node {name}'s connection string: {e}")))?;
+                let node_key = cs.access_key.clone().unwrap_or_default();
+                first_cs.get_or_insert_with(|| started.value.clone());
+                if key.get_or_insert_with(|| node_key.clone()) != &node_key {
+                    return Err(RunError(
+                        "the started nodes print different access keys".into(),
+                    ));
+                }
+                nodes.push(Node {
+                    name,
+                    url: cs.client_base_url().to_string(),
+                    pid: Some(started.pid),
+                });
+            }
+        }
+        (_, Some(cs)) => {
+            let cs = ConnectionString::from_str(cs)
+                .map_err(|e| RunError(format!("connection string: {e}")))?;
+            let urls: Vec<String> = if args.client_endpoints.is_empty() {
+                vec![cs.client_base_url().to_string()]
+            } else {
+                args.client_endpoints.clone()
+            };
+            for (i, url) in urls.iter().enumerate() {
+                let parsed = url::Url::parse(url.trim())
+                    .map_err(|e| RunError(format!("--client-endpoints {url}: {e}")))?;
+                let url = parsed.to_string();
+                let url = if url.ends_with('/') {
+                    url
+                } else {
+                    format!("{url}/")
+                };
+                nodes.push(Node {
+                    name: format!("n{}", i + 1),
+                    pid: local_port_of(&url).and_then(procstat::listener_pid),
+                    url,
+                });
+            }
+            if nodes.len() == 1 && args.service_pid.is_some() {
+                nodes[0].pid = args.service_pid;
+            }
+        }
+        (None, None) => {
+            return Err(RunError(
+                "--redis-url names the Redis of a service: give the service too".into(),
+            ))
+        }
+        (Some(_), None) => unreachable!("client endpoints require a connection string"),
+    }
+    let key = key.or_else(|| {
+        args.connection_string
+            .as_deref()
+            .and_then(|cs| ConnectionString::from_str(cs).ok())
+            .and_then(|cs| cs.access_key)
+    });
+    let key = key.ok_or_else(|| {
+        RunError("the connection string has no AccessKey (needed to sign client tokens)".into())
+    })?;
+    Ok(Some((nodes, redis, key, first_cs.unwrap_or_default())))
+}
+
+/// REST bases for `--rest-node` (`all`, or a 1-based node number) over `nodes`.
+fn rest_bases(rest_node: &str, nodes: &[Node]) -> Result<(Vec<String>, String), RunError> {
+    if rest_node.eq_ignore_ascii_case("all") {
+        return Ok((nodes.iter().map(|n| n.url.clone()).collect(), "all".into()));
+    }
+    match rest_node.parse::<usize>() {
+        Ok(i) if (1..=nodes.len()).contains(&i) => {
+            Ok((vec![nodes[i - 1].url.clone()], nodes[i - 1].name.clone()))
+        }
+        _ => Err(RunError(format!(
+            "--rest-node {rest_node}: a node number from 1 to {} or `all`",
+            nodes.len()
+        ))),
+    }
 }
 
 fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError> {
     let mut children = Children::default();
+    let name = |default: &str| {
+        args.target_name
+            .clone()
+            .unwrap_or_else(|| default.to_owned())
+    };
     // A plain SignalR server (the peer).
     if args.peer_url.is_some() || args.peer_bin.is_some() {
         let (url, pid) = match (&args.peer_url, &args.peer_bin) {
@@ -66,19 +201,58 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
             (None, None) => unreachable!(),
         };
         let pid = pid.or_else(|| local_port_of(&url).and_then(procstat::listener_pid));
+        let node = Node {
+            name: "peer".into(),
+            url: format!("{url}/"),
+            pid,
+        };
         return Ok(Target {
-            name: args
-                .target_name
-                .clone()
-                .unwrap_or_else(|| "peer".to_owned()),
+            name: name("peer"),
             mode: "direct",
             rest: Some(RestTarget {
-                base: format!("{url}/"),
+                bases: vec![format!("{url}/")],
                 access_key: None,
             }),
             endpoint: Endpoint::Hub { url },
-            service_pid: pid,
+            probe: Probe::new(vec![node], None),
             app_pid: None,
+            rest_nodes: String::new(),
+            _children: children,
+        });
+    }
+    // A cluster: several nodes (or one) on a Redis.
+    if let Some((nodes, redis, access_key, first_cs)) = cluster_nodes(args, &mut children)? {
+        let (bases, rest_nodes) = rest_bases(&args.rest_node, &nodes)?;
+        let rest = Some(RestTarget {
+            bases,
+            access_key: Some(access_key.clone()),
+        });
+        let probe = Probe::new(nodes.clone(), Some(redis));
+        if scenario.needs_app_server() {
+            // One node: its app server as for a single service.
+            let (url, app_pid) = app_server(args, &first_cs, &mut children)?;
+            return Ok(Target {
+                name: name("switchyard"),
+                mode: "default",
+                endpoint: Endpoint::Hub { url },
+                rest,
+                probe,
+                app_pid,
+                rest_nodes,
+                _children: children,
+            });
+        }
+        return Ok(Target {
+            name: name("switchyard"),
+            mode: "serverless",
+            endpoint: Endpoint::Service {
+                bases: nodes.iter().map(|n| n.url.clone()).collect(),
+                access_key,
+            },
+            rest,
+            probe,
+            app_pid: None,
+            rest_nodes,
             _children: children,
         });
     }
@@ -104,55 +278,68 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
         service_pid = local_port_of(cs.base_url().as_str()).and_then(procstat::listener_pid);
     }
     let rest = Some(RestTarget {
-        base: cs.server_base_url().to_string(),
+        bases: vec![cs.server_base_url().to_string()],
         access_key: Some(access_key.clone()),
     });
+    let probe = Probe::new(
+        vec![Node {
+            name: "service".into(),
+            url: cs.base_url().to_string(),
+            pid: service_pid,
+        }],
+        None,
+    );
     if scenario.needs_app_server() {
-        let (url, app_pid) = match &args.app_url {
-            Some(url) => (
-                url.trim_end_matches('/').to_owned(),
-                args.app_pid
-                    .or_else(|| local_port_of(url).and_then(procstat::listener_pid)),
-            ),
-            None => {
-                let exe = std::env::current_exe()
-                    .map_err(|e| RunError(format!("own executable: {e}")))?;
-                let started = children.start_app_server(
-                    &exe,
-                    &connection_string,
-                    &args.hub,
-                    args.server_connections,
-                )?;
-                (started.value, Some(started.pid))
-            }
-        };
+        let (url, app_pid) = app_server(args, &connection_string, &mut children)?;
         return Ok(Target {
-            name: args
-                .target_name
-                .clone()
-                .unwrap_or_else(|| "switchyard".to_owned()),
+            name: name("switchyard"),
             mode: "default",
             endpoint: Endpoint::Hub { url },
             rest,
-            service_pid,
+            probe,
             app_pid,
+            rest_nodes: String::new(),
             _children: children,
         });
     }
     Ok(Target {
-        name: args
-            .target_name
-            .clone()
-            .unwrap_or_else(|| "switchyard".to_owned()),
+        name: name("switchyard"),
         mode: "serverless",
         endpoint: Endpoint::Service {
-            base: cs.client_base_url().to_string(),
+            bases: vec![cs.client_base_url().to_string()],
             access_key,
         },
         rest,
-        service_pid,
+        probe,
         app_pid: None,
+        rest_nodes: String::new(),
         _children: children,
+    })
+}
+
+/// The app server of a Default-mode run: `--app-url`, or one the tool starts.
+fn app_server(
+    args: &RunArgs,
+    connection_string: &str,
+    children: &mut Children,
+) -> Result<(String, Option<u32>), RunError> {
+    Ok(match &args.app_url {
+        Some(url) => (
+            url.trim_end_matches('/').to_owned(),
+            args.app_pid
+                .or_else(|| local_port_of(url).and_then(procstat::listener_pid)),
+        ),
+        None => {
+            let exe =
+                std::env::current_exe().map_err(|e| RunError(format!("own executable: {e}")))?;
+            let started = children.start_app_server(
+                &exe,
+                connection_string,
+                &args.hub,
+                args.server_connections,
+            )?;
+            (started.value, Some(started.pid))
+        }
     })
 }
 
@@ -161,7 +348,14 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
 fn local_port_of(url: &str) -> Option<u16> {
     let url = url::Url::parse(url).ok()?;
     let local = match url.host()? {
-        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        // `redis://127.0.0.1:6379` (a scheme the URL standard does not know) keeps its host
+        // as text.
+        url::Host::Domain(name) => {
+            name.eq_ignore_ascii_case("localhost")
+                || name
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
         url::Host::Ipv4(ip) => ip.is_loopback(),
         url::Host::Ipv6(ip) => ip.is_loopback(),
     };
@@ -178,6 +372,21 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
                 args.transport
             ))
         })?;
+    let nodes = args
+        .nodes
+        .unwrap_or(1)
+        .max(args.client_endpoints.len() as u32);
+    if args.nodes == Some(0) || nodes > 64 {
+        return Err(RunError("--nodes must be 1–64".into()));
+    }
+    if scenario.needs_app_server() && nodes > 1 {
+        return Err(RunError(format!(
+            "{} needs an app server on every node, which a cluster run does not start yet \
+             (issue 11): with several nodes use rest-broadcast, rest-send-to-user, idle or \
+             connect-rate (or --nodes 1)",
+            scenario.name()
+        )));
+    }
     if args.connections == 0 {
         return Err(RunError("--connections must be at least 1".into()));
     }
@@ -261,7 +470,8 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         worker: 0,
     };
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-    let service_before = target.service_pid.and_then(procstat::sample);
+    let snap_before = target.probe.snapshot().await;
+    let service_before = snap_before.service();
     let app_before = target.app_pid.and_then(procstat::sample);
 
     let (events_tx, mut events) = mpsc::unbounded_channel::<(usize, Event)>();
@@ -311,7 +521,8 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         }
     }
     failed.sort_unstable();
-    let service_connected = target.service_pid.and_then(procstat::sample);
+    let snap_connected = target.probe.snapshot().await;
+    let service_connected = snap_connected.service();
     let app_connected = target.app_pid.and_then(procstat::sample);
     progress.connected(connected, failed.len() as u64, connect_seconds);
     if connected == 0 {
@@ -335,6 +546,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
     let step_ms = plan.step_seconds * 1000.0;
     // Samples of the target at each step boundary (index 0 = measuring starts).
     let mut service_samples: Vec<Option<Sample>> = Vec::new();
+    let mut snapshots: Vec<Snapshot> = Vec::new();
     let mut app_samples: Vec<Option<Sample>> = Vec::new();
     let mut merged_steps: BTreeMap<u64, (Bucket, usize)> = BTreeMap::new();
     let mut finals: Vec<Option<Final>> = vec![None; workers.len()];
@@ -357,7 +569,9 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                 return Err(RunError("a worker did not finish within a minute after the drain".into()));
             }
             _ = sleep_until(instant_at(next_sample)), if sampling => {
-                service_samples.push(target.service_pid.and_then(procstat::sample));
+                let snapshot = target.probe.snapshot().await;
+                service_samples.push(snapshot.service());
+                snapshots.push(snapshot);
                 app_samples.push(target.app_pid.and_then(procstat::sample));
             }
             _ = tick.tick() => {
@@ -412,7 +626,8 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             report::counters_line(SystemTime::now(), &azure_counters(&sum(&live), &plan, step));
         let _ = writeln!(file, "{line}");
     }
-    let service_after = target.service_pid.and_then(procstat::sample);
+    let snap_after = target.probe.snapshot().await;
+    let service_after = snap_after.service();
     let app_after = target.app_pid.and_then(procstat::sample);
     drop(workers);
 
@@ -478,7 +693,16 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             .as_ref()
             .filter(|_| counts.received > 0)
             .map(|u| u.cpu_seconds * 1e6 / counts.received as f64);
+        let redis = if scenario == Scenario::ConnectRate {
+            cluster::redis_usage(&snap_before, &snap_connected, counts.sent)
+        } else {
+            match (snapshots.get(i), snapshots.get(i + 1)) {
+                (Some(a), Some(b)) => cluster::redis_usage(a, b, counts.sent),
+                _ => None,
+            }
+        };
         report_steps.push(Step {
+            redis,
             index,
             senders: plan.senders_at(index as u32),
             connections: connected.saturating_sub(dropped_so_far),
@@ -527,6 +751,30 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         Some(procstat::usage(&before?, &after?))
     };
     let service = whole(service_before, service_after);
+    let cluster = target.clustered().then(|| {
+        let measured = if scenario == Scenario::ConnectRate {
+            Some((&snap_before, &snap_connected))
+        } else {
+            snapshots
+                .first()
+                .zip(snapshots.get(ran_steps).or(snapshots.last()))
+        };
+        let nodes = target.probe.nodes.len();
+        let mut per_node = vec![0u64; nodes];
+        for g in (0..args.connections).filter(|g| failed.binary_search(g).is_err()) {
+            per_node[cluster::node_of(g, nodes)] += 1;
+        }
+        Cluster {
+            nodes: cluster::node_usage(
+                &target.probe,
+                (&snap_before, &snap_after),
+                measured,
+                &per_node,
+            ),
+            rest_nodes: target.rest_nodes.clone(),
+            redis: measured.and_then(|(a, b)| cluster::redis_usage(a, b, total_counts.sent)),
+        }
+    });
     let mut report = Report {
         tool: format!("switchyard-bench {}", env!("CARGO_PKG_VERSION")),
         scenario: scenario.name().to_owned(),
@@ -568,6 +816,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         service,
         app_server: whole(app_before, app_after),
         azure_unit: None,
+        cluster,
     };
     report.azure_unit = switchyard_capacity::plan::azure_unit(&report);
     if !errors.is_empty() {
@@ -582,7 +831,11 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
 
 fn describe(endpoint: &Endpoint) -> String {
     match endpoint {
-        Endpoint::Service { base, .. } => format!("{base}client/"),
+        Endpoint::Service { bases, .. } => bases
+            .iter()
+            .map(|base| format!("{base}client/"))
+            .collect::<Vec<_>>()
+            .join(", "),
         Endpoint::Hub { url } => url.clone(),
     }
 }
@@ -949,6 +1202,16 @@ mod tests {
         assert!(!rule_passes(&bucket(100, &[5; 100]), 11, 1000));
         // Nothing expected (idle): only connections count.
         assert!(rule_passes(&bucket(0, &[]), 0, 10));
+    }
+
+    #[test]
+    fn local_ports() {
+        assert_eq!(local_port_of("http://127.0.0.1:8080/"), Some(8080));
+        assert_eq!(local_port_of("redis://127.0.0.1:6379"), Some(6379));
+        assert_eq!(local_port_of("redis://localhost:6380/0"), Some(6380));
+        assert_eq!(local_port_of("http://[::1]:81"), Some(81));
+        assert_eq!(local_port_of("redis://10.0.0.1:6379"), None);
+        assert_eq!(local_port_of("redis://example.com:6379"), None);
     }
 
     #[test]

@@ -81,8 +81,13 @@ impl Scenario {
 /// Where clients connect and how.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Endpoint {
-    /// The service directly (`{base}client/?hub=`), with client tokens minted from the key.
-    Service { base: String, access_key: String },
+    /// The service directly (`{base}client/?hub=`), with client tokens minted from the key
+    /// (audience: that base). Connection `g` goes to `bases[g % bases.len()]`: one base for
+    /// one node, one per node of a cluster.
+    Service {
+        bases: Vec<String>,
+        access_key: String,
+    },
     /// A hub URL that negotiates (and possibly redirects) by itself: an app server's
     /// `{app}/{hub}` or a plain SignalR server such as the peer. `?user=` names the user.
     Hub { url: String },
@@ -91,8 +96,8 @@ pub enum Endpoint {
 /// Where REST calls go.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RestTarget {
-    /// `http://host:port/` (ends with `/`).
-    pub base: String,
+    /// `http://host:port/` (each ends with `/`); REST caller `c` calls `bases[c % len]`.
+    pub bases: Vec<String>,
     /// Signs a token per call when set (Azure-style bearer with the REST URL as audience).
     pub access_key: Option<String>,
 }
@@ -180,6 +185,31 @@ pub struct RunArgs {
     /// when it listens on this machine).
     #[arg(long)]
     pub service_pid: Option<u32>,
+    /// Start a cluster of N nodes (with --service-bin): a redis-server (or --redis-url) and
+    /// N `switchyard serve --redis … --node-id nI`. Client connections are spread
+    /// round-robin over the nodes; REST calls enter node 1 (see --rest-node). Serverless
+    /// scenarios, idle and connect-rate only (app servers on every node: issue 11).
+    #[arg(long, requires = "service_bin")]
+    pub nodes: Option<u32>,
+    /// The Redis of the cluster (`redis://127.0.0.1:6379`): with --nodes, use it instead of
+    /// starting a redis-server; with --client-endpoints, measure it (its CPU when it runs on
+    /// this machine, and its `INFO` counters).
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// The nodes of a running cluster, by base URL (`http://127.0.0.1:8001,http://…`):
+    /// client connection i negotiates at node i % N with a token for that node. The
+    /// connection string's AccessKey signs tokens; REST calls go to the first (--rest-node).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "connection_string",
+        conflicts_with = "nodes"
+    )]
+    pub client_endpoints: Vec<String>,
+    /// With several nodes, where REST calls enter: a node's number (1-based; default 1), or
+    /// `all` (caller c calls node c % N).
+    #[arg(long, default_value = "1")]
+    pub rest_node: String,
     /// For Default-mode scenarios: an app server already running (`{url}/{hub}/negotiate`);
     /// by default the tool starts `switchyard-bench app-server` itself.
     #[arg(long)]

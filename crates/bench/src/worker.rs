@@ -550,7 +550,9 @@ async fn connect_one(
     // its user index per connection, which would blur what idle connections cost.
     let user = (plan.scenario == Scenario::RestSendToUser).then(|| Plan::user_of(g));
     let url = match &plan.endpoint {
-        Endpoint::Service { base, access_key } => {
+        Endpoint::Service { bases, access_key } => {
+            // Connection g negotiates at its node, with a token naming that node.
+            let base = &bases[crate::cluster::node_of(g, bases.len())];
             let base_url = url::Url::parse(base).map_err(|e| format!("endpoint: {e}"))?;
             let audience = switchyard_auth::client_audience(&base_url, &plan.hub);
             let claims: Vec<(String, String)> =
@@ -747,7 +749,10 @@ async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits
         ),
         _ => format!("api/hubs/{}/:send?api-version=2022-06-01", plan.hub),
     };
-    let url = format!("{}{path}", rest.base);
+    if rest.bases.is_empty() {
+        return;
+    }
+    let url = format!("{}{path}", rest.bases[(c as usize) % rest.bases.len()]);
     let token = rest.access_key.as_ref().map(|key| {
         switchyard_auth::issue_token(
             key,

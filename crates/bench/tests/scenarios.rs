@@ -242,6 +242,103 @@ async fn rest_broadcast_and_send_to_user() {
     assert_eq!(report.counts.expected, report.counts.sent);
 }
 
+/// Two nodes on one real redis-server (in this process, each with its own backplane, as
+/// two processes would have): connections alternate between them, REST calls enter the
+/// first, and the report has each node and Redis's counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_scenarios_across_two_nodes() {
+    use std::sync::Arc;
+    use switchyard_backplane::Backplane;
+    use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
+
+    let redis = switchyard_testkit::RedisServer::start();
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2"] {
+        let backplane: Arc<dyn Backplane> =
+            RedisBackplane::connect(RedisSettings::new(redis.url()))
+                .await
+                .unwrap();
+        nodes.push(TestServer::start_on(switchyard_node::Config::default(), backplane, name).await);
+    }
+    let cs = nodes[0].connection_string();
+    let endpoints = format!("{},{}", nodes[0].http(), nodes[1].http());
+    let redis_url = redis.url();
+    let cluster = [
+        "--connection-string",
+        cs.as_str(),
+        "--client-endpoints",
+        endpoints.as_str(),
+        "--redis-url",
+        redis_url.as_str(),
+        "-c",
+        "10",
+    ];
+    for scenario in ["rest-broadcast", "rest-send-to-user"] {
+        let mut extra = cluster.to_vec();
+        extra.extend(["-s", "2"]);
+        let outcome = bench(scenario, &args(scenario, &extra)).await;
+        let report = assert_complete(scenario, &outcome);
+        let fanout = if scenario == "rest-broadcast" { 10 } else { 1 };
+        assert_eq!(report.counts.expected, report.counts.sent * fanout);
+        let context = format!("{scenario}: {:#?}\n{}", report.cluster, outcome.stdout);
+        let cluster = report.cluster.as_ref().expect("a cluster section");
+        assert_eq!(cluster.nodes.len(), 2, "{context}");
+        assert_eq!(cluster.rest_nodes, "n1", "{context}");
+        assert!(
+            cluster.nodes.iter().all(|n| n.connections == 5),
+            "{context}"
+        );
+        assert!(
+            cluster.nodes.iter().all(|n| n.backplane_received.is_some()),
+            "{context}"
+        );
+        let redis = cluster.redis.as_ref().expect("Redis counters");
+        assert_eq!(redis.messages_sent, report.counts.sent, "{context}");
+        // Sends from n1 reach n2's receivers through Redis: about one PUBLISH per message
+        // (the window's edges may move one or two across).
+        assert!(
+            redis.publish_calls > 0 && redis.net_output_bytes > 0,
+            "{context}"
+        );
+        // The redis-server is on this machine: its process is found from the URL's port.
+        assert!(redis.process.is_some(), "{context}");
+        let per = redis.publish_per_message.unwrap();
+        assert!((0.5..=1.5).contains(&per), "{context}");
+        assert!(report.steps[0].redis.is_some(), "{context}");
+        assert!(
+            outcome.stdout.contains("PUBLISH per message sent"),
+            "{context}"
+        );
+        assert!(outcome.stdout.contains("Cluster: 2 nodes"), "{context}");
+    }
+}
+
+/// Several nodes serve serverless scenarios only (for now): the others are refused before
+/// anything starts.
+#[tokio::test]
+async fn several_nodes_refuse_default_mode_scenarios() {
+    let outcome = bench(
+        "nodes-echo",
+        &[
+            "echo",
+            "--service-bin",
+            "/nonexistent/switchyard",
+            "--nodes",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(outcome.code, 2, "{}", outcome.stderr);
+    assert!(outcome.stderr.contains("issue 11"), "{}", outcome.stderr);
+    let outcome = bench("nodes-without-service", &["rest-broadcast", "--nodes", "3"]).await;
+    assert_eq!(outcome.code, 2, "{}", outcome.stderr);
+    assert!(
+        outcome.stderr.contains("--service-bin"),
+        "{}",
+        outcome.stderr
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_leave_group_acks_every_operation() {
     let service = service().await;

@@ -85,6 +85,63 @@ pub struct Step {
     pub app_server: Option<ProcessUsage>,
     /// Service CPU microseconds per delivered message.
     pub service_cpu_us_per_delivery: Option<f64>,
+    /// The Redis of a cluster run during this step (`--nodes`, `--redis-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RedisUsage>,
+}
+
+/// What the Redis of a cluster did over a window: its process (when it runs on this machine)
+/// and its own counters (`INFO stats`, `INFO commandstats`), and the same per message sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RedisUsage {
+    pub seconds: f64,
+    /// The redis-server process, from `/proc` (when it runs on this machine).
+    pub process: Option<ProcessUsage>,
+    /// CPU seconds Redis reports itself (`INFO cpu`: `used_cpu_user` + `used_cpu_sys`).
+    pub cpu_seconds: f64,
+    /// `total_net_input_bytes` / `total_net_output_bytes` grown in the window.
+    pub net_input_bytes: u64,
+    pub net_output_bytes: u64,
+    /// `total_commands_processed` grown in the window.
+    pub commands: u64,
+    /// `cmdstat_publish` + `cmdstat_spublish` calls in the window.
+    pub publish_calls: u64,
+    /// Messages sent into the service in the window (REST calls, client invocations).
+    pub messages_sent: u64,
+    /// Redis CPU microseconds (`cpu_seconds`) per message sent.
+    pub cpu_us_per_message: Option<f64>,
+    /// (input + output) bytes per message sent.
+    pub bytes_per_message: Option<f64>,
+    /// PUBLISH (and SPUBLISH) calls per message sent: 1 when a broadcast crosses Redis once.
+    pub publish_per_message: Option<f64>,
+}
+
+/// One node of a cluster run, over the whole run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeUsage {
+    /// `n1`, `n2`, … (the `--node-id` the tool gave it, or the endpoint's position).
+    pub name: String,
+    /// Its base URL.
+    pub url: String,
+    /// Client connections the tool opened on it (that connected).
+    pub connections: u64,
+    /// The process, from `/proc`, measured like the report's `service` (which is the sum).
+    pub process: Option<ProcessUsage>,
+    /// Its `switchyard_backplane_messages_total{kind="published"|"received"}` grown in the
+    /// measured window (the node copies them from the backplane once a second).
+    pub backplane_published: Option<u64>,
+    pub backplane_received: Option<u64>,
+}
+
+/// A run against several nodes (`--nodes N`, `--client-endpoints`): client connections
+/// spread round-robin over the nodes; the report's `service` figures are the nodes' sums.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub nodes: Vec<NodeUsage>,
+    /// Which nodes REST calls entered: `n1` (the default) or `all`.
+    pub rest_nodes: String,
+    /// Redis over the measured window (the connect phase for connect-rate).
+    pub redis: Option<RedisUsage>,
 }
 
 /// One second of a run, by intended send time.
@@ -153,4 +210,8 @@ pub struct Report {
     /// The Azure unit whose published figure for this scenario the last passing step equals
     /// or exceeds (`Unit1` … `Unit100`; `Unit200 (Premium_P2)` and up), if any.
     pub azure_unit: Option<String>,
+    /// Several nodes sharing a Redis: per node, and Redis's own cost. Absent for one node
+    /// without Redis (the `service` fields then name that one process, as always).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
 }

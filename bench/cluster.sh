@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The cost of the cluster itself (docs/performance.md, "Cluster: the cost of crossing nodes"):
+# the same loads against one node without Redis, one node on Redis (`--nodes 1`) and three
+# nodes on one Redis (`--nodes 3`); switchyard-bench starts redis-server and the nodes itself
+# and stops them at the end. Reports (--summary-json) and tables go to target/bench-cluster/.
+# Usage: bench/cluster.sh [quick]   (quick: the 3,000-connection rows only; ~6 minutes)
+# The whole set takes about 25 minutes; every run is bounded by `timeout`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ulimit -n 20000
+bin=target/release/switchyard
+bench=target/release/switchyard-bench
+[ -x "$bin" ] && [ -x "$bench" ] || cargo build --release -p switchyard -p switchyard-bench
+out=target/bench-cluster
+mkdir -p "$out"
+
+run() {
+  local name=$1
+  shift
+  echo "=== $name: $* [load $(cut -d" " -f1-3 /proc/loadavg)]"
+  timeout 420 "$bench" "$@" --quiet --summary-json "$out/$name.json" >"$out/$name.txt" 2>&1 || true
+  grep -E "Latency p50|Latency p99 |Lost|Service CPU|Service RSS|Redis|PUBLISH|memory per|Connects per|^  n" "$out/$name.txt" || true
+}
+
+S=(--service-bin "$bin")
+RB=(-s 10 --send-interval 1s --message-size 2048 -d 20s --warmup 5s --drain 5s)
+two=(-w 2 --source-addresses 127.0.0.1,127.0.0.2)
+four=(--source-addresses 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4)
+conns=(3000)
+[ "${1:-}" = quick ] || conns=(3000 10000)
+
+# REST broadcast, 10 callers at 1/s: one node, one node on Redis, three nodes (REST into n1).
+for c in "${conns[@]}"; do
+  w=()
+  [ "$c" -gt 5000 ] && w=("${two[@]}")
+  run "rb-$c-single" rest-broadcast "${S[@]}" -c "$c" "${RB[@]}" "${w[@]}"
+  run "rb-$c-nodes1" rest-broadcast "${S[@]}" --nodes 1 -c "$c" "${RB[@]}" "${w[@]}"
+  run "rb-$c-nodes3" rest-broadcast "${S[@]}" --nodes 3 -c "$c" "${RB[@]}" "${w[@]}"
+done
+
+# REST send to user: every user once a second (3,000 REST calls/s).
+U=(--send-interval 1s --message-size 2048 -d 20s --warmup 5s --drain 5s)
+run rsu-3000-single rest-send-to-user "${S[@]}" -c 3000 "${U[@]}"
+run rsu-3000-nodes1 rest-send-to-user "${S[@]}" --nodes 1 -c 3000 "${U[@]}"
+run rsu-3000-nodes3 rest-send-to-user "${S[@]}" --nodes 3 -c 3000 "${U[@]}"
+[ "${1:-}" = quick ] && exit 0
+
+# Redis's cost per broadcast well above its idle floor (200 broadcasts/s to 300 connections).
+for n in single nodes1 nodes3; do
+  nodes=()
+  [ "$n" = nodes1 ] && nodes=(--nodes 1)
+  [ "$n" = nodes3 ] && nodes=(--nodes 3)
+  run "rb-300-200s-$n" rest-broadcast "${S[@]}" "${nodes[@]}" -c 300 -s 200 -d 20s --warmup 5s --drain 5s
+done
+
+# Connecting, and memory held per idle connection (10,000 per node in both).
+C=(--connect-rate 4000 --max-connecting 512)
+run cr-10000-single connect-rate "${S[@]}" -c 10000 "${two[@]}" "${C[@]}" -d 1s --drain 0s
+run cr-10000-nodes3 connect-rate "${S[@]}" --nodes 3 -c 10000 "${two[@]}" "${C[@]}" -d 1s --drain 0s
+run idle-10000-single idle "${S[@]}" -c 10000 "${two[@]}" "${C[@]}" -d 10s --drain 0s
+run idle-30000-nodes3 idle "${S[@]}" --nodes 3 -c 30000 -w 2 \
+  --source-addresses 127.0.0.1,127.0.0.2,127.0.0.3 "${C[@]}" -d 10s --drain 0s
+
+# Unit50-shaped: 50,000 connections over three nodes (three generator processes), idle, then
+# one REST broadcast every 2 s (25,000 deliveries/s).
+run idle-50000-nodes3 idle "${S[@]}" --nodes 3 -c 50000 -w 3 "${four[@]}" "${C[@]}" -d 10s --drain 0s
+run rb-50000-nodes3 rest-broadcast "${S[@]}" --nodes 3 -c 50000 -w 3 "${four[@]}" "${C[@]}" \
+  -s 1 --send-interval 2s -d 30s --warmup 5s --drain 10s
+run rb-16667-single rest-broadcast "${S[@]}" -c 16667 --source-addresses 127.0.0.1,127.0.0.2 "${C[@]}" \
+  -s 1 --send-interval 2s -d 20s --warmup 5s --drain 10s
