@@ -387,3 +387,33 @@ async fn a_node_that_starts_later_learns_the_user_groups() {
     assert!(left <= std::time::Duration::from_secs(60), "{left:?}");
     assert!(left > std::time::Duration::from_secs(30), "{left:?}");
 }
+
+/// A user's leave made on one node has taken effect everywhere when it returns: a group send
+/// made right after it on a third node does not reach the user's connection on the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_that_returned_holds_for_the_next_send_from_any_node() {
+    let redis = RedisServer::start();
+    let nodes = cluster(&redis.url(), "leave").await;
+    let (mut u1, _) = client(&nodes[1], "u1", Format::Json).await;
+    settle(&nodes).await;
+    for round in 0..20 {
+        let group = format!("g{round}");
+        let executor = nodes[0].node.executor();
+        executor
+            .execute(&hub(), Command::user_join_group("u1", &group, None).unwrap())
+            .await
+            .unwrap();
+        executor
+            .execute(&hub(), Command::user_leave_group("u1", Some(&group)).unwrap())
+            .await
+            .unwrap();
+        send(
+            &nodes[2],
+            Target::Groups(vec![GroupName::new(&group).unwrap()]),
+            "after the leave",
+        );
+        // A marker to the connection from the same node: anything sent before it has arrived.
+        send(&nodes[2], Target::User(UserId::new("u1").unwrap()), "marker");
+        expect(&mut u1, "marker").await;
+    }
+}

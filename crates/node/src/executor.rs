@@ -339,10 +339,18 @@ impl Executor {
                     vec![Channel::All],
                     Message::UserLeaveGroup {
                         hub: hub.clone(),
-                        user,
+                        user: user.clone(),
                         group,
                     },
                 );
+                if self.in_cluster() {
+                    // The nodes holding the user's connections read the leave before this
+                    // question (one publisher, one order); once they answered, a group send
+                    // from any node no longer reaches the user.
+                    let channel = Channel::User(hub.clone(), user.clone());
+                    self.ask(hub, channel, Question::UserExists(user), |_| false)
+                        .await;
+                }
                 Ok(())
             }
             Command::Check(check) => self.check(hub, check).await,
