@@ -400,11 +400,17 @@ async fn a_leave_that_returned_holds_for_the_next_send_from_any_node() {
         let group = format!("g{round}");
         let executor = nodes[0].node.executor();
         executor
-            .execute(&hub(), Command::user_join_group("u1", &group, None).unwrap())
+            .execute(
+                &hub(),
+                Command::user_join_group("u1", &group, None).unwrap(),
+            )
             .await
             .unwrap();
         executor
-            .execute(&hub(), Command::user_leave_group("u1", Some(&group)).unwrap())
+            .execute(
+                &hub(),
+                Command::user_leave_group("u1", Some(&group)).unwrap(),
+            )
             .await
             .unwrap();
         send(
@@ -413,7 +419,11 @@ async fn a_leave_that_returned_holds_for_the_next_send_from_any_node() {
             "after the leave",
         );
         // A marker to the connection from the same node: anything sent before it has arrived.
-        send(&nodes[2], Target::User(UserId::new("u1").unwrap()), "marker");
+        send(
+            &nodes[2],
+            Target::User(UserId::new("u1").unwrap()),
+            "marker",
+        );
         expect(&mut u1, "marker").await;
     }
 }
