@@ -427,3 +427,36 @@ async fn a_leave_that_returned_holds_for_the_next_send_from_any_node() {
         expect(&mut u1, "marker").await;
     }
 }
+
+/// A close of a user's connections made on one node has taken effect when it returns: a send
+/// to the user right after it from a third node does not arrive before the Close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_that_returned_holds_for_the_next_send_from_any_node() {
+    let redis = RedisServer::start();
+    let nodes = cluster(&redis.url(), "close").await;
+    for round in 0..10 {
+        let user = format!("u{round}");
+        let (mut victim, _) = client(&nodes[1], &user, Format::Json).await;
+        settle(&nodes).await;
+        let close = Command::Close {
+            target: Target::User(UserId::new(&user).unwrap()),
+            excluded: vec![],
+            reason: Some("bye".into()),
+        };
+        nodes[0]
+            .node
+            .executor()
+            .execute(&hub(), close)
+            .await
+            .unwrap();
+        send(
+            &nodes[2],
+            Target::User(UserId::new(&user).unwrap()),
+            "after the close",
+        );
+        match victim.next_message().await {
+            HubMessage::Close { .. } => {}
+            other => panic!("round {round}: got {other:?} before the Close"),
+        }
+    }
+}

@@ -269,7 +269,7 @@ impl Executor {
             } => {
                 let channels = self.channels_for(hub, &target);
                 self.publish(
-                    channels,
+                    channels.clone(),
                     Message::Close {
                         hub: hub.clone(),
                         target,
@@ -277,6 +277,7 @@ impl Executor {
                         reason: CloseReason::ClosedByApi(reason),
                     },
                 );
+                self.settled_on(hub, channels).await;
                 Ok(())
             }
             Command::AddToGroup { connection, group } => {
@@ -343,14 +344,10 @@ impl Executor {
                         group,
                     },
                 );
-                if self.in_cluster() {
-                    // The nodes holding the user's connections read the leave before this
-                    // question (one publisher, one order); once they answered, a group send
-                    // from any node no longer reaches the user.
-                    let channel = Channel::User(hub.clone(), user.clone());
-                    self.ask(hub, channel, Question::UserExists(user), |_| false)
-                        .await;
-                }
+                // Once the nodes holding the user's connections answered, a group send from
+                // any node no longer reaches the user.
+                self.settled_on(hub, vec![Channel::User(hub.clone(), user)])
+                    .await;
                 Ok(())
             }
             Command::Check(check) => self.check(hub, check).await,
@@ -523,6 +520,19 @@ impl Executor {
         }
         self.router.end_copy();
         copied
+    }
+
+    /// In a cluster, waits until every node listening on `channels` has read what this node
+    /// published before: they read a question after it (one publisher, one order) and answer
+    /// it, so once they have, what the publish did holds for messages from any node.
+    async fn settled_on(&self, hub: &HubName, channels: Vec<Channel>) {
+        if !self.in_cluster() {
+            return;
+        }
+        let asks = channels
+            .into_iter()
+            .map(|channel| self.ask(hub, channel, Question::Address, |_| false));
+        futures_util::future::join_all(asks).await;
     }
 
     /// Waits for this node's subscriptions to be live, up to `cluster.ask_timeout`; false when
