@@ -6,7 +6,8 @@
 //! 0. leaves: [`config`] (settings, validated once), [`metrics`], `http` (query parsing,
 //!    token checks against the keys), `cors`.
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
-//!    miss) and [`executor`] (applies commands through the router and the backplane).
+//!    miss), `asks` (questions to other nodes, waiting for their answers) and [`executor`]
+//!    (applies commands through the router and the backplane, cluster-wide).
 //! 2. features, written against narrow views of a client: `default_mode` (app-server
 //!    connections, clients pinned to them, client results) and `upstream` (serverless
 //!    webhooks).
