@@ -7,35 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
-use switchyard_backplane::{Backplane, Sink};
+use switchyard_backplane::conformance::Recorder;
+use switchyard_backplane::Backplane;
 use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
 use switchyard_core::{Channel, GroupName, HubName, Message, Payloads, Protocol, Target};
 use switchyard_testkit::{RedisCluster, RedisServer};
 
-#[derive(Default)]
-struct Recorder {
-    received: Mutex<Vec<Arc<Message>>>,
-}
-
-impl Sink for Recorder {
-    fn receive(&self, message: &Arc<Message>) {
-        self.received.lock().push(message.clone());
-    }
-}
-
-impl Recorder {
-    fn wait_for(&self, count: usize) -> Vec<Arc<Message>> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let got = self.received.lock().clone();
-            if got.len() >= count || Instant::now() > deadline {
-                return got;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
+/// Longer than the conformance suite's bound: a slot move makes nodes refresh and resubscribe.
+const WAIT: Duration = Duration::from_secs(10);
 
 fn hub(n: usize) -> HubName {
     HubName::new(&format!("hub{n}"), None).unwrap()
@@ -153,9 +132,9 @@ fn many_hubs_keep_their_order_and_deliver_once() {
             far.publish(&channels, numbered(&hub(n), i));
         }
     }
-    let got = recorder.wait_for(EACH * HUBS);
+    let got = recorder.wait_for_within(EACH * HUBS, WAIT);
     std::thread::sleep(Duration::from_millis(100));
-    let got_now = recorder.received.lock().len();
+    let got_now = recorder.received().len();
     assert_eq!(got_now, EACH * HUBS, "one delivery per message");
     for n in 0..HUBS {
         let hub = hub(n);
@@ -227,7 +206,7 @@ fn a_moved_slot_is_followed_by_subscribers_and_publishers() {
     near.subscribe(&node, &channel);
     runtime.block_on(near.barrier(&node));
     far.publish(std::slice::from_ref(&channel), numbered(&hub, 0));
-    assert_eq!(recorder.wait_for(1).len(), 1);
+    assert_eq!(recorder.wait_for_within(1, WAIT).len(), 1);
 
     // Where the hub's channel lives, and a master to move its slot to.
     let masters = cluster.masters();
@@ -282,9 +261,9 @@ fn a_moved_slot_is_followed_by_subscribers_and_publishers() {
     for n in 1..=20 {
         far.publish(std::slice::from_ref(&channel), numbered(&hub, n));
     }
-    let got = recorder.wait_for(21);
+    let got = recorder.wait_for_within(21, WAIT);
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(recorder.received.lock().len(), 21, "{got:?}");
+    assert_eq!(recorder.received().len(), 21, "{got:?}");
     for (n, message) in got.iter().enumerate() {
         assert_eq!(**message, *numbered(&hub, n), "message {n}");
     }

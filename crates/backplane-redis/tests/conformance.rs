@@ -12,26 +12,22 @@ use switchyard_testkit::{RedisCluster, RedisServer};
 #[test]
 fn redis_backplane_conforms() {
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let round = AtomicUsize::new(0);
-    conformance::run_all(|| {
-        let mut settings = RedisSettings::new(redis.url());
-        settings.prefix = format!("t{}", round.fetch_add(1, Ordering::Relaxed));
-        let near: Arc<dyn Backplane> = runtime
-            .block_on(RedisBackplane::connect(settings.clone()))
-            .unwrap();
-        let far: Arc<dyn Backplane> = runtime.block_on(RedisBackplane::connect(settings)).unwrap();
-        (near, far)
-    });
+    conforms_on(redis.url());
 }
 
 #[test]
 fn redis_cluster_backplane_conforms() {
     let redis = RedisCluster::start();
+    conforms_on(redis.url());
+}
+
+/// The suite with two backplane instances (two "processes") on `url`, each check on a fresh
+/// channel prefix.
+fn conforms_on(url: String) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let round = AtomicUsize::new(0);
     conformance::run_all(|| {
-        let mut settings = RedisSettings::new(redis.url());
+        let mut settings = RedisSettings::new(url.clone());
         settings.prefix = format!("t{}", round.fetch_add(1, Ordering::Relaxed));
         let near: Arc<dyn Backplane> = runtime
             .block_on(RedisBackplane::connect(settings.clone()))

@@ -18,8 +18,9 @@ use crate::{Backplane, NodeId, Sink};
 /// How long an asynchronous implementation may take to deliver.
 pub const SETTLE: Duration = Duration::from_secs(5);
 
+/// A sink that keeps what it receives (for these checks and implementations' own tests).
 #[derive(Default)]
-struct Recorder {
+pub struct Recorder {
     received: Mutex<Vec<Arc<Message>>>,
 }
 
@@ -30,8 +31,19 @@ impl Sink for Recorder {
 }
 
 impl Recorder {
-    fn wait_for(&self, count: usize) -> Vec<Arc<Message>> {
-        let deadline = Instant::now() + SETTLE;
+    /// What has arrived so far.
+    pub fn received(&self) -> Vec<Arc<Message>> {
+        self.received.lock().clone()
+    }
+
+    /// What arrived once `count` messages have, or after [`SETTLE`].
+    pub fn wait_for(&self, count: usize) -> Vec<Arc<Message>> {
+        self.wait_for_within(count, SETTLE)
+    }
+
+    /// What arrived once `count` messages have, or after `limit`.
+    pub fn wait_for_within(&self, count: usize, limit: Duration) -> Vec<Arc<Message>> {
+        let deadline = Instant::now() + limit;
         loop {
             let got = self.received.lock().clone();
             if got.len() >= count || Instant::now() > deadline {
