@@ -16,6 +16,8 @@ pub mod names;
 pub mod protocol;
 
 pub use close::CloseReason;
-pub use message::{Answer, Channel, Message, Question, Target, UserGroupEntry, UserGroupKey};
+pub use message::{
+    user_group_key, Answer, Channel, Message, Question, Target, UserGroupEntry, UserGroupKey,
+};
 pub use names::{ConnectionId, GroupName, HubName, NameError, UserId};
 pub use protocol::{Payloads, Protocol};

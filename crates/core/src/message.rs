@@ -137,6 +137,18 @@ pub struct UserGroupEntry {
     pub ttl: Option<Duration>,
 }
 
+impl UserGroupEntry {
+    /// What listings are ordered and paged by: hub, user, group.
+    pub fn key(&self) -> (&str, &str, &str) {
+        (self.hub.as_str(), self.user.as_str(), self.group.as_str())
+    }
+}
+
+/// [`UserGroupEntry::key`] of a [`UserGroupKey`].
+pub fn user_group_key((hub, user, group): &UserGroupKey) -> (&str, &str, &str) {
+    (hub.as_str(), user.as_str(), group.as_str())
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
     Yes,

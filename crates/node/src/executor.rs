@@ -16,8 +16,8 @@ use futures_util::FutureExt;
 use switchyard_auth::AccessKeys;
 use switchyard_backplane::{Backplane, NodeId, Sink};
 use switchyard_core::{
-    Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol,
-    Question, Target, UserGroupEntry, UserGroupKey,
+    user_group_key, Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message,
+    Payloads, Protocol, Question, Target, UserGroupEntry, UserGroupKey,
 };
 use switchyard_hub_protocol::{encode_invocation, Format};
 use switchyard_router::{Connection, GroupMember, Interest, Router};
@@ -453,13 +453,6 @@ impl Executor {
             tracing::warn!("the backplane did not confirm this node's subscriptions in time");
         }
         let hub = HubName::new("switchyard", None).expect("a valid hub name");
-        let key = |e: &UserGroupEntry| {
-            (
-                e.hub.as_str().to_string(),
-                e.user.as_str().to_string(),
-                e.group.as_str().to_string(),
-            )
-        };
         let mut after: Option<UserGroupKey> = None;
         let mut copied = 0;
         loop {
@@ -480,13 +473,7 @@ impl Executor {
                     "not every node listed its user groups in time; the copy may miss some"
                 );
             }
-            let floor = after.as_ref().map(|(h, u, g)| {
-                (
-                    h.as_str().to_string(),
-                    u.as_str().to_string(),
-                    g.as_str().to_string(),
-                )
-            });
+            let floor = after.as_ref().map(user_group_key);
             let mut more = false;
             let mut page: Vec<UserGroupEntry> = Vec::new();
             for answer in gathered.answers {
@@ -495,14 +482,14 @@ impl Executor {
                     page.extend(
                         entries
                             .into_iter()
-                            .filter(|e| floor.as_ref().is_none_or(|f| key(e) > *f)),
+                            .filter(|e| floor.is_none_or(|f| e.key() > f)),
                     );
                 }
             }
-            page.sort_by_cached_key(key);
+            page.sort_unstable_by(|a, b| a.key().cmp(&b.key()));
             // Of entries listed twice, the longer-lived is kept (no ttl sorts last).
             page.dedup_by(|later, earlier| {
-                let same = key(later) == key(earlier);
+                let same = later.key() == earlier.key();
                 if same && (later.ttl.is_none() || earlier.ttl.is_some_and(|t| Some(t) < later.ttl))
                 {
                     earlier.ttl = later.ttl;

@@ -30,8 +30,8 @@ use std::time::Instant;
 
 use parking_lot::RwLock;
 use switchyard_core::{
-    Answer, Channel, CloseReason, GroupName, HubName, Message, Question, Target, UserGroupEntry,
-    UserGroupKey, UserId,
+    user_group_key, Answer, Channel, CloseReason, GroupName, HubName, Message, Question, Target,
+    UserGroupEntry, UserGroupKey, UserId,
 };
 
 /// Receives first-member / last-member changes of channels on this node.
@@ -231,27 +231,14 @@ impl Router {
     /// after `after`: what a node that starts copies from the others.
     pub fn user_groups(&self, after: Option<&UserGroupKey>, max: usize) -> Vec<UserGroupEntry> {
         let now = Instant::now();
-        let key = |e: &UserGroupEntry| {
-            (
-                e.hub.as_str().to_string(),
-                e.user.as_str().to_string(),
-                e.group.as_str().to_string(),
-            )
-        };
-        let after = after.map(|(h, u, g)| {
-            (
-                h.as_str().to_string(),
-                u.as_str().to_string(),
-                g.as_str().to_string(),
-            )
-        });
+        let after = after.map(user_group_key);
         let mut entries: Vec<UserGroupEntry> = self
             .hubs()
             .iter()
             .flat_map(|hub| hub.user_group_entries(now))
-            .filter(|e| after.as_ref().is_none_or(|a| key(e) > *a))
+            .filter(|e| after.is_none_or(|a| e.key() > a))
             .collect();
-        entries.sort_by_cached_key(key);
+        entries.sort_unstable_by(|a, b| a.key().cmp(&b.key()));
         entries.truncate(max);
         entries
     }
