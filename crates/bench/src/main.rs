@@ -34,6 +34,12 @@ enum Command {
     RestBroadcast(RunArgs),
     /// REST callers send to one user each through the REST API (serverless).
     RestSendToUser(RunArgs),
+    /// REST callers send to groups (members join by REST): --group-size or --groups.
+    RestSendToGroup(RunArgs),
+    /// REST callers send to one connection each through the REST API (serverless).
+    RestSendToConnection(RunArgs),
+    /// REST callers add and remove one connection each to/from a group, each acknowledged.
+    RestJoinLeaveGroup(RunArgs),
     /// Senders alternate JoinGroup and LeaveGroup, each acknowledged (Default mode).
     JoinLeaveGroup(RunArgs),
     /// Open connections on a timetable (--connect-rate) and measure connect latency.
@@ -80,6 +86,9 @@ fn main() -> ExitCode {
             Command::SendToConnection(a) => (Scenario::SendToConnection, a.clone()),
             Command::RestBroadcast(a) => (Scenario::RestBroadcast, a.clone()),
             Command::RestSendToUser(a) => (Scenario::RestSendToUser, a.clone()),
+            Command::RestSendToGroup(a) => (Scenario::RestSendToGroup, a.clone()),
+            Command::RestSendToConnection(a) => (Scenario::RestSendToConnection, a.clone()),
+            Command::RestJoinLeaveGroup(a) => (Scenario::RestJoinLeaveGroup, a.clone()),
             Command::JoinLeaveGroup(a) => (Scenario::JoinLeaveGroup, a.clone()),
             Command::ConnectRate(a) => (Scenario::ConnectRate, a.clone()),
             Command::Idle(a) => (Scenario::Idle, a.clone()),

@@ -382,8 +382,8 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
     if scenario.needs_app_server() && nodes > 1 {
         return Err(RunError(format!(
             "{} needs an app server on every node, which a cluster run does not start yet \
-             (issue 11): with several nodes use rest-broadcast, rest-send-to-user, idle or \
-             connect-rate (or --nodes 1)",
+             (issue 11): with several nodes use the rest-* scenarios, idle or connect-rate \
+             (or --nodes 1)",
             scenario.name()
         )));
     }
@@ -412,16 +412,32 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
             "MessagePack is binary and cannot travel over Server-Sent Events: use -p json or another transport".into(),
         ));
     }
-    if scenario == Scenario::SendToGroup && args.group_size.is_none() && args.groups.is_none() {
+    if matches!(scenario, Scenario::SendToGroup | Scenario::RestSendToGroup)
+        && args.group_size.is_none()
+        && args.groups.is_none()
+    {
+        return Err(RunError(format!(
+            "{} needs --group-size N (Azure's small groups: 10) or --groups N (big groups: 10)",
+            scenario.name()
+        )));
+    }
+    if scenario == Scenario::RestJoinLeaveGroup
+        && (args.peer_url.is_some() || args.peer_bin.is_some())
+    {
         return Err(RunError(
-            "send-to-group needs --group-size N (Azure's small groups: 10) or --groups N (big groups: 10)".into(),
+            "rest-join-leave-group needs the REST group API, which the peer does not have".into(),
         ));
     }
     if let Some(senders) = args.senders {
         if scenario.sends() && senders == 0 {
             return Err(RunError("--senders must be at least 1".into()));
         }
-        if !scenario.is_rest() && senders > args.connections {
+        let one_per_connection = !scenario.is_rest()
+            || matches!(
+                scenario,
+                Scenario::RestSendToConnection | Scenario::RestJoinLeaveGroup
+            );
+        if one_per_connection && senders > args.connections {
             return Err(RunError(format!(
                 "--senders {senders} is more than --connections {}",
                 args.connections
@@ -442,8 +458,18 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         None if scenario == Scenario::SendToGroup && args.groups.is_some() => {
             args.connections.min(20)
         }
+        // One caller per group.
+        None if scenario == Scenario::RestSendToGroup => match (args.group_size, args.groups) {
+            (Some(size), _) => args.connections.div_ceil(size.max(1)),
+            (None, groups) => groups.unwrap_or(1).max(1),
+        },
         None => scenario.default_senders(args.connections),
     };
+    let groups = args.groups.or((matches!(
+        scenario,
+        Scenario::JoinLeaveGroup | Scenario::RestJoinLeaveGroup
+    ) && args.group_size.is_none())
+    .then_some(10));
     let plan = Plan {
         scenario,
         hub: args.hub.clone(),
@@ -460,9 +486,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         message_size: args.message_size,
         interval_ms: args.send_interval.as_secs_f64() * 1000.0,
         group_size: args.group_size,
-        groups: args
-            .groups
-            .or((scenario == Scenario::JoinLeaveGroup && args.group_size.is_none()).then_some(10)),
+        groups,
         connect_rate: args.connect_rate,
         max_connecting: args.max_connecting,
         source_addresses: args.source_addresses.clone(),

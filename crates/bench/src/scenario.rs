@@ -22,6 +22,14 @@ pub enum Scenario {
     RestBroadcast,
     /// REST callers `POST /api/hubs/{hub}/users/{user}/:send`, one user per connection.
     RestSendToUser,
+    /// REST callers `POST /api/hubs/{hub}/groups/{group}/:send`, caller c to group c mod
+    /// the number of groups (see --group-size / --groups; members join by REST).
+    RestSendToGroup,
+    /// REST callers `POST /api/hubs/{hub}/connections/{id}/:send`, caller c to connection c.
+    RestSendToConnection,
+    /// REST callers alternate `PUT` / `DELETE /api/hubs/{hub}/groups/{group}/connections/{id}`
+    /// for connection c (latency = the call's response).
+    RestJoinLeaveGroup,
     /// Senders alternate `JoinGroup` / `LeaveGroup`, each acknowledged (latency = ack).
     JoinLeaveGroup,
     /// Connections opened on a timetable (latency = negotiate + connect + handshake).
@@ -39,6 +47,9 @@ impl Scenario {
             Scenario::SendToConnection => "send-to-connection",
             Scenario::RestBroadcast => "rest-broadcast",
             Scenario::RestSendToUser => "rest-send-to-user",
+            Scenario::RestSendToGroup => "rest-send-to-group",
+            Scenario::RestSendToConnection => "rest-send-to-connection",
+            Scenario::RestJoinLeaveGroup => "rest-join-leave-group",
             Scenario::JoinLeaveGroup => "join-leave-group",
             Scenario::ConnectRate => "connect-rate",
             Scenario::Idle => "idle",
@@ -59,7 +70,36 @@ impl Scenario {
 
     /// Sends go through the REST API rather than client connections.
     pub fn is_rest(self) -> bool {
-        matches!(self, Scenario::RestBroadcast | Scenario::RestSendToUser)
+        matches!(
+            self,
+            Scenario::RestBroadcast
+                | Scenario::RestSendToUser
+                | Scenario::RestSendToGroup
+                | Scenario::RestSendToConnection
+                | Scenario::RestJoinLeaveGroup
+        )
+    }
+
+    /// Each call addresses one connection or user, which it enters the cluster away from
+    /// when REST enters several nodes (see [`Plan::rest_base_of`]).
+    pub fn targets_one(self) -> bool {
+        matches!(
+            self,
+            Scenario::RestSendToUser
+                | Scenario::RestSendToConnection
+                | Scenario::RestJoinLeaveGroup
+        )
+    }
+
+    /// Scenarios where a connection is a member of a group (--group-size / --groups).
+    pub fn uses_groups(self) -> bool {
+        matches!(
+            self,
+            Scenario::SendToGroup
+                | Scenario::RestSendToGroup
+                | Scenario::JoinLeaveGroup
+                | Scenario::RestJoinLeaveGroup
+        )
     }
 
     /// Messages are sent and measured.
@@ -149,6 +189,33 @@ impl Plan {
     /// Whether global connection (or REST caller) index `g` belongs to this worker.
     pub fn owns(&self, g: u64) -> bool {
         g % u64::from(self.workers.max(1)) == u64::from(self.worker)
+    }
+
+    /// How many groups there are, for group scenarios.
+    pub fn group_count(&self) -> u64 {
+        match (self.group_size, self.groups) {
+            (Some(size), _) => self.connections.div_ceil(size.max(1)),
+            (None, Some(groups)) => groups.max(1),
+            (None, None) => 0,
+        }
+    }
+
+    /// The group REST caller `c` sends to (rest-send-to-group): spread over every group.
+    pub fn rest_group_of(&self, c: u64) -> Option<u64> {
+        let count = self.group_count();
+        (count > 0).then(|| c % count)
+    }
+
+    /// The REST base caller `c` calls. Calls that address one connection or user (caller
+    /// c's target is connection c, on node c mod N) enter at the next base, so with
+    /// `--rest-node all` every such call crosses from one node to another.
+    pub fn rest_base_of<'a>(&self, rest: &'a RestTarget, c: u64) -> Option<&'a str> {
+        let len = rest.bases.len() as u64;
+        if len == 0 {
+            return None;
+        }
+        let shift = u64::from(self.scenario.targets_one());
+        Some(&rest.bases[((c + shift) % len) as usize])
     }
 
     /// The group of connection `g`, for group scenarios.

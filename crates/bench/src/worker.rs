@@ -21,7 +21,7 @@ use switchyard_hub_protocol::Format;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::time::{sleep_until, timeout, Instant};
 
-use crate::scenario::{Endpoint, Plan, Scenario};
+use crate::scenario::{Endpoint, Plan, RestTarget, Scenario};
 use crate::stats::{
     live_latency, Arrival, Bucket, BucketExport, Live, LiveCounters, SeqTracker, Stats,
 };
@@ -178,6 +178,11 @@ impl Shared {
                 .group_of(g)
                 .and_then(|group| self.group_members.get(&group).copied())
                 .unwrap_or(0),
+            Scenario::RestSendToGroup => self
+                .plan
+                .rest_group_of(g)
+                .and_then(|group| self.group_members.get(&group).copied())
+                .unwrap_or(0),
             Scenario::RestSendToUser => {
                 let target = g % self.plan.connections.max(1);
                 u64::from(self.failed.binary_search(&target).is_err())
@@ -240,6 +245,24 @@ impl Shared {
             );
             due = Some(at + interval_ms);
         }
+    }
+
+    /// An acknowledged operation (join/leave) intended at `due` is done now (`bytes`: the
+    /// acknowledgement's size).
+    fn acknowledged(&self, due: f64, bytes: usize) {
+        let latency_us = ((now_ms() - due) * 1000.0).max(1.0) as u64;
+        let step = self.schedule.step_of(due);
+        self.live.received.fetch_add(1, Relaxed);
+        if step > 0 {
+            live_latency(&self.live, latency_us);
+        }
+        self.stats.lock().received(
+            step,
+            self.schedule.second_of(due),
+            Arrival::New,
+            latency_us,
+            bytes,
+        );
     }
 
     fn dropped(&self, error: String) {
@@ -328,7 +351,10 @@ pub async fn run(
     let mut failed = failed;
     failed.sort_unstable();
     let mut group_members = HashMap::new();
-    if plan.scenario == Scenario::SendToGroup {
+    if matches!(
+        plan.scenario,
+        Scenario::SendToGroup | Scenario::RestSendToGroup
+    ) {
         for g in (0..plan.connections).filter(|g| failed.binary_search(g).is_err()) {
             if let Some(group) = plan.group_of(g) {
                 *group_members.entry(group).or_insert(0u64) += 1;
@@ -356,6 +382,10 @@ pub async fn run(
         .map(|(_, c)| c.connection_id().to_owned())
         .collect();
     let count = connections.len();
+    let ids_by_g: HashMap<u64, String> = connections
+        .iter()
+        .map(|(g, c)| (*g, c.connection_id().to_owned()))
+        .collect();
     for (i, (g, conn)) in connections.into_iter().enumerate() {
         let target = ids.get((i + 1) % count.max(1)).cloned().unwrap_or_default();
         tasks.push(tokio::spawn(connection_task(
@@ -368,11 +398,25 @@ pub async fn run(
     if shared.plan.scenario.is_rest() {
         let http = clients_by_address(&shared.plan.source_addresses);
         let permits = Arc::new(Semaphore::new(2048));
+        let per_connection = matches!(
+            shared.plan.scenario,
+            Scenario::RestSendToConnection | Scenario::RestJoinLeaveGroup
+        );
         for c in (0..shared.plan.senders).filter(|&c| shared.plan.owns(c)) {
+            // Caller c addresses connection c, which this worker holds (same share); a
+            // connection that failed has no caller.
+            let connection_id = match per_connection {
+                true => match ids_by_g.get(&c) {
+                    Some(id) => Some(id.clone()),
+                    None => continue,
+                },
+                false => None,
+            };
             let http = http[(c as usize) % http.len()].clone();
             tasks.push(tokio::spawn(rest_caller(
                 shared.clone(),
                 c,
+                connection_id,
                 http,
                 permits.clone(),
             )));
@@ -574,10 +618,36 @@ async fn connect_one(
             }
         }
     };
+    let http = options.http.clone();
     let mut conn = connection::connect(&url, &options)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    if plan.scenario == Scenario::SendToGroup {
+    // Serverless: members join by REST (the call returns once the membership holds).
+    if let (Scenario::RestSendToGroup, Endpoint::Service { .. }, Some(rest), Some(http)) =
+        (plan.scenario, &plan.endpoint, &plan.rest, http)
+    {
+        if let Some(group) = plan.group_of(g) {
+            let base = plan.rest_base_of(rest, g).unwrap_or_default();
+            let url = format!(
+                "{base}{}",
+                group_member_path(&plan.hub, &group_name(group), conn.connection_id())
+            );
+            let mut request = http.put(&url).timeout(REST_TIMEOUT);
+            if let Some(token) = rest_token(rest, &url) {
+                request = request.bearer_auth(token);
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| format!("join group by REST: {e}"))?;
+            if !response.status().is_success() {
+                return Err(format!("join group by REST: status {}", response.status()));
+            }
+        }
+    } else if matches!(
+        plan.scenario,
+        Scenario::SendToGroup | Scenario::RestSendToGroup
+    ) {
         if let Some(group) = plan.group_of(g) {
             let frame = wire::invocation(
                 conn.format(),
@@ -611,6 +681,27 @@ async fn connect_one(
 
 pub fn group_name(group: u64) -> String {
     format!("group{group}")
+}
+
+/// `api/hubs/{hub}/groups/{group}/connections/{id}` (2022-06-01): PUT adds, DELETE removes.
+fn group_member_path(hub: &str, group: &str, connection_id: &str) -> String {
+    format!(
+        "api/hubs/{hub}/groups/{group}/connections/{}?api-version=2022-06-01",
+        percent_encoding::utf8_percent_encode(connection_id, percent_encoding::NON_ALPHANUMERIC)
+    )
+}
+
+/// An Azure-style bearer for one REST URL (its audience), when the target signs calls.
+fn rest_token(rest: &RestTarget, url: &str) -> Option<String> {
+    rest.access_key.as_ref().map(|key| {
+        switchyard_auth::issue_token(
+            key,
+            url,
+            &[],
+            Duration::from_secs(24 * 3600),
+            now_ms() as i64 / 1000,
+        )
+    })
 }
 
 /// One connection: sends on its timetable (if it is a sender) and counts what arrives,
@@ -708,13 +799,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                             shared.stats.lock().error(format!("completion: {error}"));
                             continue;
                         }
-                        let latency_us = ((now_ms() - due) * 1000.0).max(1.0) as u64;
-                        let step = shared.schedule.step_of(due);
-                        shared.live.received.fetch_add(1, Relaxed);
-                        if step > 0 {
-                            live_latency(&shared.live, latency_us);
-                        }
-                        shared.stats.lock().received(step, shared.schedule.second_of(due), Arrival::New, latency_us, body.len());
+                        shared.acknowledged(due, body.len());
                     }
                     Ok(Received::Close { error }) => {
                         shared.dropped(format!("closed by the server: {}", error.unwrap_or_default()));
@@ -733,13 +818,25 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
     let _ = timeout(Duration::from_secs(3), conn.close()).await;
 }
 
-/// One REST caller: `POST` on its timetable without waiting for earlier calls (open loop;
-/// at most 2,048 in flight per worker).
-async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits: Arc<Semaphore>) {
+/// One REST caller on its timetable, without waiting for earlier calls (open loop; at most
+/// 2,048 in flight per worker). Sends `POST` a `Measure` (counted where it arrives);
+/// rest-join-leave-group alternates `PUT` and `DELETE` of connection c's membership and
+/// counts each success at its response.
+async fn rest_caller(
+    shared: Arc<Shared>,
+    c: u64,
+    connection_id: Option<String>,
+    http: reqwest::Client,
+    permits: Arc<Semaphore>,
+) {
     let plan = &shared.plan;
     let Some(rest) = plan.rest.clone() else {
         return;
     };
+    let Some(base) = plan.rest_base_of(&rest, c) else {
+        return;
+    };
+    let connection_id = connection_id.unwrap_or_default();
     // The 2022-06-01 data-plane API (Azure's current REST surface).
     let path = match plan.scenario {
         Scenario::RestSendToUser => format!(
@@ -747,21 +844,29 @@ async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits
             plan.hub,
             Plan::user_of(c % plan.connections.max(1))
         ),
+        Scenario::RestSendToGroup => format!(
+            "api/hubs/{}/groups/{}/:send?api-version=2022-06-01",
+            plan.hub,
+            group_name(plan.rest_group_of(c).unwrap_or_default())
+        ),
+        Scenario::RestSendToConnection => format!(
+            "api/hubs/{}/connections/{}/:send?api-version=2022-06-01",
+            plan.hub,
+            percent_encoding::utf8_percent_encode(
+                &connection_id,
+                percent_encoding::NON_ALPHANUMERIC
+            )
+        ),
+        Scenario::RestJoinLeaveGroup => group_member_path(
+            &plan.hub,
+            &group_name(plan.group_of(c).unwrap_or_default()),
+            &connection_id,
+        ),
         _ => format!("api/hubs/{}/:send?api-version=2022-06-01", plan.hub),
     };
-    if rest.bases.is_empty() {
-        return;
-    }
-    let url = format!("{}{path}", rest.bases[(c as usize) % rest.bases.len()]);
-    let token = rest.access_key.as_ref().map(|key| {
-        switchyard_auth::issue_token(
-            key,
-            &url,
-            &[],
-            Duration::from_secs(24 * 3600),
-            now_ms() as i64 / 1000,
-        )
-    });
+    let url = format!("{base}{path}");
+    let token = rest_token(&rest, &url);
+    let membership = plan.scenario == Scenario::RestJoinLeaveGroup;
     let fanout = shared.fanout(c);
     let mut due_ms = shared.schedule.first_due(plan, c);
     let mut seq = 0u64;
@@ -776,12 +881,26 @@ async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits
             _ = sleep_until(instant_at(due)) => {}
         }
         let step = shared.schedule.step_of(due);
-        let body = serde_json::to_vec(&json!({
-            "target": wire::MEASURE,
-            "arguments": [due, shared.padding_payload(c as u32, seq, step)],
-        }))
-        .unwrap_or_default();
-        shared.sent(due, fanout, body.len());
+        let mut request = if membership {
+            // Join on even calls, leave on odd ones: the membership ends as it began.
+            let method = if seq.is_multiple_of(2) {
+                reqwest::Method::PUT
+            } else {
+                reqwest::Method::DELETE
+            };
+            shared.sent(due, fanout, 0);
+            http.request(method, &url)
+        } else {
+            let body = serde_json::to_vec(&json!({
+                "target": wire::MEASURE,
+                "arguments": [due, shared.padding_payload(c as u32, seq, step)],
+            }))
+            .unwrap_or_default();
+            shared.sent(due, fanout, body.len());
+            http.post(&url)
+                .header("content-type", "application/json")
+                .body(body)
+        };
         seq += 1;
         due_ms = Some(due + plan.interval_ms);
         let permit = tokio::select! {
@@ -791,11 +910,7 @@ async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits
             },
             _ = finish.changed() => break,
         };
-        let mut request = http
-            .post(&url)
-            .timeout(REST_TIMEOUT)
-            .header("content-type", "application/json")
-            .body(body);
+        request = request.timeout(REST_TIMEOUT);
         if let Some(token) = &token {
             request = request.bearer_auth(token);
         }
@@ -804,7 +919,11 @@ async fn rest_caller(shared: Arc<Shared>, c: u64, http: reqwest::Client, permits
             let result = request.send().await;
             drop(permit);
             match result {
-                Ok(response) if response.status().is_success() => {}
+                Ok(response) if response.status().is_success() => {
+                    if membership {
+                        shared.acknowledged(due, 0);
+                    }
+                }
                 Ok(response) => shared
                     .stats
                     .lock()

@@ -242,6 +242,40 @@ async fn rest_broadcast_and_send_to_user() {
     assert_eq!(report.counts.expected, report.counts.sent);
 }
 
+/// The REST forms of Azure's group, connection and join/leave scenarios (serverless).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_send_to_group_and_connection_and_join_leave() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    // Two groups of five (members added by REST); one caller per group by default.
+    let group = bench(
+        "rest-send-to-group",
+        &args(
+            "rest-send-to-group",
+            &["--connection-string", cs, "-c", "10", "--group-size", "5"],
+        ),
+    )
+    .await;
+    let report = assert_complete("rest-send-to-group", &group);
+    assert_eq!(report.steps[0].senders, 2);
+    assert_eq!(report.counts.expected, report.counts.sent * 5);
+    assert!(
+        group.stdout.contains("publishes no figures"),
+        "{}",
+        group.stdout
+    );
+    for scenario in ["rest-send-to-connection", "rest-join-leave-group"] {
+        let outcome = bench(
+            scenario,
+            &args(scenario, &["--connection-string", cs, "-c", "10"]),
+        )
+        .await;
+        let report = assert_complete(scenario, &outcome);
+        assert_eq!(report.steps[0].senders, 10);
+        assert_eq!(report.counts.expected, report.counts.sent);
+    }
+}
+
 /// Two nodes on one real redis-server (in this process, each with its own backplane, as
 /// two processes would have): connections alternate between them, REST calls enter the
 /// first, and the report has each node and Redis's counters.
@@ -273,17 +307,33 @@ async fn rest_scenarios_across_two_nodes() {
         "-c",
         "10",
     ];
-    for scenario in ["rest-broadcast", "rest-send-to-user"] {
-        let mut extra = cluster.to_vec();
-        extra.extend(["-s", "2"]);
-        let outcome = bench(scenario, &args(scenario, &extra)).await;
+    for (scenario, extra) in [
+        ("rest-broadcast", vec!["-s", "2"]),
+        ("rest-send-to-user", vec!["-s", "2"]),
+        // Calls enter both nodes; a call for one connection enters the node that does not
+        // hold it, and group members on both nodes join by REST through either.
+        (
+            "rest-send-to-group",
+            vec!["--group-size", "5", "--rest-node", "all"],
+        ),
+        ("rest-send-to-connection", vec!["--rest-node", "all"]),
+        ("rest-join-leave-group", vec!["--rest-node", "all"]),
+    ] {
+        let mut all = cluster.to_vec();
+        all.extend(extra);
+        let outcome = bench(scenario, &args(scenario, &all)).await;
         let report = assert_complete(scenario, &outcome);
-        let fanout = if scenario == "rest-broadcast" { 10 } else { 1 };
+        let fanout = match scenario {
+            "rest-broadcast" => 10,
+            "rest-send-to-group" => 5,
+            _ => 1,
+        };
         assert_eq!(report.counts.expected, report.counts.sent * fanout);
         let context = format!("{scenario}: {:#?}\n{}", report.cluster, outcome.stdout);
         let cluster = report.cluster.as_ref().expect("a cluster section");
         assert_eq!(cluster.nodes.len(), 2, "{context}");
-        assert_eq!(cluster.rest_nodes, "n1", "{context}");
+        let rest_nodes = if all.contains(&"all") { "all" } else { "n1" };
+        assert_eq!(cluster.rest_nodes, rest_nodes, "{context}");
         assert!(
             cluster.nodes.iter().all(|n| n.connections == 5),
             "{context}"
@@ -302,8 +352,14 @@ async fn rest_scenarios_across_two_nodes() {
         );
         // The redis-server is on this machine: its process is found from the URL's port.
         assert!(redis.process.is_some(), "{context}");
+        // A membership change is an ask on the connection's channel and an answer.
         let per = redis.publish_per_message.unwrap();
-        assert!((0.5..=1.5).contains(&per), "{context}");
+        let most = if scenario == "rest-join-leave-group" {
+            3.0
+        } else {
+            1.5
+        };
+        assert!((0.5..=most).contains(&per), "{context}");
         assert!(report.steps[0].redis.is_some(), "{context}");
         assert!(
             outcome.stdout.contains("PUBLISH per message sent"),
@@ -505,6 +561,34 @@ async fn usage_errors_are_clear() {
         "{}",
         outcome.stderr
     );
+    let outcome = bench(
+        "usage-rest-group",
+        &[
+            "rest-send-to-group",
+            "--connection-string",
+            "Endpoint=http://127.0.0.1;Port=1;AccessKey=k;Version=1.0;",
+        ],
+    )
+    .await;
+    assert_eq!(outcome.code, 2);
+    assert!(
+        outcome
+            .stderr
+            .contains("rest-send-to-group needs --group-size"),
+        "{}",
+        outcome.stderr
+    );
+    let outcome = bench(
+        "usage-peer-membership",
+        &["rest-join-leave-group", "--peer-url", "http://127.0.0.1:1"],
+    )
+    .await;
+    assert_eq!(outcome.code, 2);
+    assert!(
+        outcome.stderr.contains("the peer does not have"),
+        "{}",
+        outcome.stderr
+    );
     let outcome = bench("no-target", &["echo"]).await;
     assert_eq!(outcome.code, 2);
     assert!(
@@ -539,6 +623,8 @@ async fn the_go_peer_runs_the_same_scenarios() {
         ("join-leave-group", vec!["-c", "10"]),
         ("rest-broadcast", vec!["-c", "10", "-s", "2"]),
         ("rest-send-to-user", vec!["-c", "10"]),
+        ("rest-send-to-group", vec!["-c", "10", "--group-size", "5"]),
+        ("rest-send-to-connection", vec!["-c", "10"]),
     ] {
         let mut all = vec!["--peer-bin", peer, "--target-name", "go-signalr"];
         all.extend(extra);
