@@ -41,6 +41,19 @@ pub fn sample(pid: u32) -> Option<Sample> {
     })
 }
 
+/// One reading of several processes, summed (`None` if any is gone); `pid` is the first's.
+pub fn sample_sum(pids: &[u32]) -> Option<Sample> {
+    let mut pids = pids.iter();
+    let mut sum = sample(*pids.next()?)?;
+    for &pid in pids {
+        let one = sample(pid)?;
+        sum.cpu_seconds += one.cpu_seconds;
+        sum.rss_kb += one.rss_kb;
+        sum.hwm_kb += one.hwm_kb;
+    }
+    Some(sum)
+}
+
 /// Usage between two samples of the same process.
 pub fn usage(before: &Sample, after: &Sample) -> ProcessUsage {
     let cpu_seconds = (after.cpu_seconds - before.cpu_seconds).max(0.0);

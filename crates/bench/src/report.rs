@@ -466,6 +466,7 @@ struct Column<'a> {
     app_server: Option<&'a ProcessUsage>,
     cpu_us_per_delivery: Option<f64>,
     redis: Option<&'a RedisUsage>,
+    generator: Option<&'a ProcessUsage>,
 }
 
 impl<'a> Column<'a> {
@@ -484,6 +485,7 @@ impl<'a> Column<'a> {
             app_server: step.app_server.as_ref(),
             cpu_us_per_delivery: step.service_cpu_us_per_delivery,
             redis: step.redis.as_ref(),
+            generator: step.generator.as_ref(),
         }
     }
 
@@ -507,6 +509,7 @@ impl<'a> Column<'a> {
                 .filter(|_| c.received > 0)
                 .map(|s| s.cpu_seconds * 1e6 / c.received as f64),
             redis: report.cluster.as_ref().and_then(|c| c.redis.as_ref()),
+            generator: None,
         }
     }
 
@@ -678,6 +681,13 @@ pub fn table(report: &Report) -> String {
     row("Service CPU µs/delivery", &|c| {
         c.cpu_us_per_delivery.map_or(NONE.into(), fmt_number)
     });
+    if cols.iter().any(|c| c.generator.is_some()) {
+        // Shares the machine with the service: when service + generator near the cores,
+        // latency is the machine's, not the service's.
+        row("Load generator CPU (cores)", &|c| {
+            c.generator.map_or(NONE.into(), |u| fmt_cores(u.cores))
+        });
+    }
     if cols.iter().any(|c| c.redis.is_some()) {
         row("Redis CPU (cores)", &|c| {
             c.redis
@@ -1156,6 +1166,7 @@ pub(crate) mod tests {
             app_server: Some(usage(0.5, 40_960)),
             service_cpu_us_per_delivery: Some(250.0),
             redis: None,
+            generator: None,
         }
     }
 

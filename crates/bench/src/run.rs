@@ -572,6 +572,8 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
     let mut service_samples: Vec<Option<Sample>> = Vec::new();
     let mut snapshots: Vec<Snapshot> = Vec::new();
     let mut app_samples: Vec<Option<Sample>> = Vec::new();
+    let generator_pids: Vec<u32> = workers.iter().filter_map(WorkerHandle::pid).collect();
+    let mut generator_samples: Vec<Option<Sample>> = Vec::new();
     let mut merged_steps: BTreeMap<u64, (Bucket, usize)> = BTreeMap::new();
     let mut finals: Vec<Option<Final>> = vec![None; workers.len()];
     let mut stopped_after: Option<u64> = None;
@@ -597,6 +599,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                 service_samples.push(snapshot.service());
                 snapshots.push(snapshot);
                 app_samples.push(target.app_pid.and_then(procstat::sample));
+                generator_samples.push(procstat::sample_sum(&generator_pids));
             }
             _ = tick.tick() => {
                 let total = sum(&live);
@@ -742,6 +745,11 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             service,
             app_server,
             service_cpu_us_per_delivery: cpu_per_delivery,
+            generator: if scenario == Scenario::ConnectRate {
+                None
+            } else {
+                usage(&generator_samples)
+            },
             counts,
         });
     }
@@ -961,6 +969,14 @@ enum WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// The process doing the work (this one for a worker in-process).
+    fn pid(&self) -> Option<u32> {
+        match self {
+            WorkerHandle::Local(_) => Some(std::process::id()),
+            WorkerHandle::Child { _child, .. } => _child.id(),
+        }
+    }
+
     fn send(&self, command: Command) {
         let (WorkerHandle::Local(tx) | WorkerHandle::Child { commands: tx, .. }) = self;
         let _ = tx.send(command);

@@ -498,6 +498,16 @@ async fn workers_steps_msgpack_sources_counters_and_chart() {
     let report = assert_complete(name, &outcome);
     assert_eq!(report.workers, 2);
     assert_eq!(report.protocol, "messagepack");
+    // The two worker processes' CPU is measured per step, beside the service's.
+    for step in &report.steps {
+        let generator = step.generator.as_ref().expect("generator usage per step");
+        assert!(generator.cpu_seconds > 0.0 && generator.rss_kb > 0, "{step:?}");
+    }
+    assert!(
+        outcome.stdout.contains("Load generator CPU (cores)"),
+        "{}",
+        outcome.stdout
+    );
     assert_eq!(report.steps.len(), 2);
     // Step-up: half the senders, then all of them.
     assert_eq!(report.steps[0].senders, 12);

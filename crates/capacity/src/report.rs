@@ -88,6 +88,10 @@ pub struct Step {
     /// The Redis of a cluster run during this step (`--nodes`, `--redis-url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis: Option<RedisUsage>,
+    /// The load generator during this step (its worker processes, summed): on a machine
+    /// it shares with the service, what the measurement itself costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<ProcessUsage>,
 }
 
 /// What the Redis of a cluster did over a window: its process (when it runs on this machine)
