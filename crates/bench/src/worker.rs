@@ -396,7 +396,11 @@ pub async fn run(
         )));
     }
     if shared.plan.scenario.is_rest() {
-        let http = clients_by_address(&shared.plan.source_addresses);
+        // Not bound to the source addresses: a REST connection needs no spreading (a few
+        // hundred keep-alive connections at most), and reqwest binds with a port scan of
+        // every socket on the address, which at ~17,000 per address took most of the
+        // generator's CPU and failed calls (the WebSockets defer their port choice instead).
+        let http = [connection::http_client(None)];
         let permits = Arc::new(Semaphore::new(2048));
         let per_connection = matches!(
             shared.plan.scenario,

@@ -501,7 +501,10 @@ async fn workers_steps_msgpack_sources_counters_and_chart() {
     // The two worker processes' CPU is measured per step, beside the service's.
     for step in &report.steps {
         let generator = step.generator.as_ref().expect("generator usage per step");
-        assert!(generator.cpu_seconds > 0.0 && generator.rss_kb > 0, "{step:?}");
+        assert!(
+            generator.cpu_seconds > 0.0 && generator.rss_kb > 0,
+            "{step:?}"
+        );
     }
     assert!(
         outcome.stdout.contains("Load generator CPU (cores)"),
