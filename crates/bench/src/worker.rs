@@ -519,6 +519,8 @@ async fn connect_all(
     errors: &mut Stats,
 ) -> Connected {
     let http = clients_by_address(&plan.source_addresses);
+    // REST joins (rest-send-to-group) go unbound, as REST calls do (see `run`).
+    let rest_http = connection::http_client(None);
     let permits = Arc::new(Semaphore::new(plan.max_connecting.max(1)));
     let first = now_ms() + 50.0;
     let rate = plan.connect_rate.max(0.001);
@@ -538,16 +540,20 @@ async fn connect_all(
             http: Some(http[(g as usize) % http.len()].clone()),
             max_message_size: 16 * 1024 * 1024,
         };
-        let (plan, live, latency, last_success) = (
+        let (plan, live, latency, last_success, rest_http) = (
             plan.clone(),
             live.clone(),
             latency.clone(),
             last_success.clone(),
+            rest_http.clone(),
         );
         attempts.push(tokio::spawn(async move {
-            let result = timeout(Duration::from_secs(60), connect_one(&plan, g, options))
-                .await
-                .unwrap_or_else(|_| Err("connect: timed out after 60 s".to_owned()));
+            let result = timeout(
+                Duration::from_secs(60),
+                connect_one(&plan, g, options, rest_http),
+            )
+            .await
+            .unwrap_or_else(|_| Err("connect: timed out after 60 s".to_owned()));
             drop(permit);
             let done = now_ms();
             let mut bucket = latency.lock();
@@ -593,6 +599,7 @@ async fn connect_one(
     plan: &Plan,
     g: u64,
     mut options: ConnectOptions,
+    rest_http: reqwest::Client,
 ) -> Result<Connection, String> {
     // A user id only where the scenario addresses users: it costs the service an entry in
     // its user index per connection, which would blur what idle connections cost.
@@ -622,13 +629,12 @@ async fn connect_one(
             }
         }
     };
-    let http = options.http.clone();
     let mut conn = connection::connect(&url, &options)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     // Serverless: members join by REST (the call returns once the membership holds).
-    if let (Scenario::RestSendToGroup, Endpoint::Service { .. }, Some(rest), Some(http)) =
-        (plan.scenario, &plan.endpoint, &plan.rest, http)
+    if let (Scenario::RestSendToGroup, Endpoint::Service { .. }, Some(rest)) =
+        (plan.scenario, &plan.endpoint, &plan.rest)
     {
         if let Some(group) = plan.group_of(g) {
             let base = plan.rest_base_of(rest, g).unwrap_or_default();
@@ -636,14 +642,13 @@ async fn connect_one(
                 "{base}{}",
                 group_member_path(&plan.hub, &group_name(group), conn.connection_id())
             );
-            let mut request = http.put(&url).timeout(REST_TIMEOUT);
+            let mut request = rest_http.put(&url).timeout(REST_TIMEOUT);
             if let Some(token) = rest_token(rest, &url) {
                 request = request.bearer_auth(token);
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| format!("join group by REST: {e}"))?;
+            let response = request.send().await.map_err(|e| {
+                format!("join group by REST: {}", switchyard_client::with_causes(&e))
+            })?;
             if !response.status().is_success() {
                 return Err(format!("join group by REST: status {}", response.status()));
             }
@@ -932,7 +937,10 @@ async fn rest_caller(
                     .stats
                     .lock()
                     .error(format!("REST: status {}", response.status())),
-                Err(e) => shared.stats.lock().error(format!("REST: {e}")),
+                Err(e) => shared
+                    .stats
+                    .lock()
+                    .error(format!("REST: {}", switchyard_client::with_causes(&e))),
             }
         });
     }

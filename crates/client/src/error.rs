@@ -19,7 +19,7 @@ pub enum ClientError {
 }
 
 /// An error's text followed by each of its causes.
-fn with_causes(error: &dyn std::error::Error) -> String {
+pub fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(next) = cause {

@@ -27,6 +27,6 @@ pub use connection::{
     connect, connect_direct, http_client, negotiate, ConnectOptions, Connection, Negotiated,
     Transport,
 };
-pub use error::ClientError;
+pub use error::{with_causes, ClientError};
 pub use message::{decode, msgpack_to_json};
 pub use ws_client::WsClient;
