@@ -70,8 +70,11 @@ unit() {
       --send-interval 1s "${M[@]}"
   fi
   # Small groups: groups of 10 spread over every node, 2,000 calls/s (20,000 deliveries/s).
+  # REST enters every node: when one node held its 16,667 clients and every REST connection,
+  # a stall made the callers open more connections until it reached its socket limit and
+  # answered 503 (2,683 calls in one Unit100 run).
   run "$p-rest-group-small" rest-send-to-group "${S[@]}" "${shape[@]}" --group-size 10 -s 2000 \
-    --send-interval 1s "${M[@]}"
+    --rest-node all --send-interval 1s "${M[@]}"
   # One connection / one user, each call entering a node that does not hold it.
   run "$p-rest-connection" rest-send-to-connection "${S[@]}" "${shape[@]}" --rest-node all \
     -s 3000 --send-interval 1s "${M[@]}"
