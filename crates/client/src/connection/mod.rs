@@ -173,7 +173,11 @@ pub fn http_client(local_address: Option<IpAddr>) -> reqwest::Client {
         .no_proxy()
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
-        .pool_idle_timeout(Duration::from_secs(90))
+        // Below the service's idle keep-alive limit (timeouts.request_header_timeout, 10 s):
+        // a pooled connection the server is closing at the moment of reuse fails the
+        // request ("connection closed before message completed"), and a POST such as
+        // negotiate is not retried.
+        .pool_idle_timeout(Duration::from_secs(5))
         // A load generator negotiating thousands of connections at once would otherwise keep
         // as many idle keep-alive sockets open at the server, each a file descriptor there.
         .pool_max_idle_per_host(64)
