@@ -526,8 +526,18 @@ async fn connect_all(
     let rate = plan.connect_rate.max(0.001);
     let latency = Arc::new(Mutex::new(Bucket::empty_step()));
     let last_success = Arc::new(Mutex::new(first));
+    // Connection g goes to node g mod N; its source address steps once per N connections,
+    // so every node hears from every address. (g mod the address count put each node's
+    // connections on one address when both counts were equal: 16,667 of that address's
+    // ~28,000 ports towards one node, which the generator's unbound REST calls from
+    // 127.0.0.1 then had to search around.)
+    let nodes = match &plan.endpoint {
+        Endpoint::Service { bases, .. } => bases.len().max(1),
+        Endpoint::Hub { .. } => 1,
+    };
     let mut attempts = Vec::new();
     for g in (0..plan.connections).filter(|&g| plan.owns(g)) {
+        let source = (g as usize) / nodes;
         let due = first + g as f64 * 1000.0 / rate;
         sleep_until(instant_at(due)).await;
         let permit = permits.clone().acquire_owned().await.expect("never closed");
@@ -536,8 +546,8 @@ async fn connect_all(
             format,
             access_token: None,
             local_address: (!plan.source_addresses.is_empty())
-                .then(|| plan.source_addresses[(g as usize) % plan.source_addresses.len()]),
-            http: Some(http[(g as usize) % http.len()].clone()),
+                .then(|| plan.source_addresses[source % plan.source_addresses.len()]),
+            http: Some(http[source % http.len()].clone()),
             max_message_size: 16 * 1024 * 1024,
         };
         let (plan, live, latency, last_success, rest_http) = (
