@@ -91,17 +91,6 @@ impl Scenario {
         )
     }
 
-    /// Scenarios where a connection is a member of a group (--group-size / --groups).
-    pub fn uses_groups(self) -> bool {
-        matches!(
-            self,
-            Scenario::SendToGroup
-                | Scenario::RestSendToGroup
-                | Scenario::JoinLeaveGroup
-                | Scenario::RestJoinLeaveGroup
-        )
-    }
-
     /// Messages are sent and measured.
     pub fn sends(self) -> bool {
         !matches!(self, Scenario::ConnectRate | Scenario::Idle)

@@ -400,7 +400,7 @@ pub async fn run(
         // hundred keep-alive connections at most), and reqwest binds with a port scan of
         // every socket on the address, which at ~17,000 per address took most of the
         // generator's CPU and failed calls (the WebSockets defer their port choice instead).
-        let http = [connection::http_client(None)];
+        let http = connection::http_client(None);
         let permits = Arc::new(Semaphore::new(2048));
         let per_connection = matches!(
             shared.plan.scenario,
@@ -416,12 +416,11 @@ pub async fn run(
                 },
                 false => None,
             };
-            let http = http[(c as usize) % http.len()].clone();
             tasks.push(tokio::spawn(rest_caller(
                 shared.clone(),
                 c,
                 connection_id,
-                http,
+                http.clone(),
                 permits.clone(),
             )));
         }
