@@ -49,7 +49,7 @@ pub(crate) async fn run(
         shared: shared.clone(),
         sink,
         live,
-        last_seq: Mutex::new(HashMap::new()),
+        copies: Mutex::new(Copies::new(SWEEP_EVERY)),
         placed: Arc::new(Mutex::new(HashMap::new())),
         resync,
     });
@@ -415,9 +415,8 @@ struct Reader {
     shared: Arc<Shared>,
     sink: Weak<dyn Sink>,
     live: Arc<AtomicBool>,
-    /// The last sequence number seen per publisher and slot: copies of one envelope published
-    /// on several channels share a slot, and arrive one after another on its connection.
-    last_seq: Mutex<HashMap<(u64, u16), u64>>,
+    /// Recognises the later copies of one envelope published on several channels.
+    copies: Mutex<Copies>,
     /// On a cluster: the master each name is subscribed on.
     placed: Arc<Mutex<HashMap<String, Addr>>>,
     /// Asks the subscriber task to subscribe everything again.
@@ -476,12 +475,91 @@ impl Reader {
         } else {
             0
         };
-        if self.last_seq.lock().insert((stamp.origin, slot), stamp.seq) == Some(stamp.seq) {
+        if self.copies.lock().is_repeat(stamp.origin, slot, stamp.seq) {
             return; // another channel's copy of the same message
         }
         count(&self.shared.stats.received);
         if let Some(sink) = self.sink.upgrade() {
             sink.receive(&Arc::new(message));
         }
+    }
+}
+
+/// Messages between two sweeps of [`Copies`].
+const SWEEP_EVERY: u64 = 1 << 16;
+
+/// The last sequence number seen per publisher and slot. Copies of one envelope published on
+/// several channels share a slot and arrive one after another on its connection, so a
+/// repeat of the last number is a copy. Every start of a node is a new publisher, so entries
+/// not refreshed between two sweeps (one every `sweep_every` messages) are dropped: a
+/// publisher quiet that long has no copy in flight, and its next message starts afresh.
+struct Copies {
+    last: HashMap<(u64, u16), (u64, u64)>,
+    generation: u64,
+    since_sweep: u64,
+    sweep_every: u64,
+}
+
+impl Copies {
+    fn new(sweep_every: u64) -> Copies {
+        Copies {
+            last: HashMap::new(),
+            generation: 0,
+            since_sweep: 0,
+            sweep_every: sweep_every.max(1),
+        }
+    }
+
+    /// Whether `seq` from `origin` on `slot` is a copy of the message seen just before.
+    fn is_repeat(&mut self, origin: u64, slot: u16, seq: u64) -> bool {
+        self.since_sweep += 1;
+        if self.since_sweep >= self.sweep_every {
+            self.since_sweep = 0;
+            let current = self.generation;
+            self.last.retain(|_, (_, seen)| *seen == current);
+            self.generation += 1;
+        }
+        let generation = self.generation;
+        self.last
+            .insert((origin, slot), (seq, generation))
+            .is_some_and(|(last, _)| last == seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Copies;
+
+    #[test]
+    fn copies_of_one_message_are_recognised() {
+        let mut copies = Copies::new(1 << 16);
+        assert!(!copies.is_repeat(1, 7, 10));
+        assert!(copies.is_repeat(1, 7, 10));
+        assert!(
+            !copies.is_repeat(1, 8, 10),
+            "another slot is another connection"
+        );
+        assert!(!copies.is_repeat(2, 7, 10), "another publisher");
+        assert!(!copies.is_repeat(1, 7, 11));
+        assert!(copies.is_repeat(1, 7, 11));
+    }
+
+    #[test]
+    fn publishers_gone_quiet_are_forgotten_and_active_ones_kept() {
+        let mut copies = Copies::new(4);
+        // Publishers that sent once and went away (restarted nodes).
+        for origin in 100..110 {
+            assert!(!copies.is_repeat(origin, 0, 1));
+        }
+        // One active publisher for two sweeps.
+        for seq in 0..8 {
+            assert!(!copies.is_repeat(1, 0, seq));
+        }
+        assert_eq!(copies.last.len(), 1, "only the active publisher is left");
+        // A copy arriving right after a sweep is still recognised.
+        let mut copies = Copies::new(2);
+        assert!(!copies.is_repeat(1, 0, 5));
+        assert!(copies.is_repeat(1, 0, 5));
+        assert!(copies.is_repeat(1, 0, 5));
     }
 }
