@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Unit50 and Unit100 rows of docs/performance.md ("Unit50 and Unit100 on one machine"):
+# The Unit50 and Unit100 rows of docs/performance.md ("Unit50 and Unit100 on this machine"):
 # 50,000 connections over three nodes and 100,000 over six, one redis-server, every
 # scenario the cluster serves (serverless: REST sends to everyone, big and small groups, one
 # connection and one user from another node, acknowledged group joins/leaves), 2,048-byte
