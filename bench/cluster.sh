@@ -6,23 +6,11 @@
 # Usage: bench/cluster.sh [quick]   (quick: the 3,000-connection rows only; ~6 minutes)
 # The whole set takes about 25 minutes; every run is bounded by `timeout`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ulimit -n 20000
-bin=target/release/switchyard
-bench=target/release/switchyard-bench
-[ -x "$bin" ] && [ -x "$bench" ] || cargo build --release -p switchyard -p switchyard-bench
+source "$(dirname "$0")/common.sh"
 out=target/bench-cluster
 mkdir -p "$out"
-
-run() {
-  local name=$1
-  shift
-  echo "=== $name: $* [load $(cut -d" " -f1-3 /proc/loadavg)]"
-  timeout 420 "$bench" "$@" --quiet --summary-json "$out/$name.json" >"$out/$name.txt" 2>&1 || true
-  grep -E "Latency p50|Latency p99 |Lost|Service CPU|Service RSS|Redis|PUBLISH|memory per|Connects per|^  n" "$out/$name.txt" || true
-}
-
-S=(--service-bin "$bin")
+summary='Latency p50|Latency p99 |Lost|Service CPU|Service RSS|Redis|PUBLISH|memory per|Connects per|^  n'
+run_timeout=420
 RB=(-s 10 --send-interval 1s --message-size 2048 -d 20s --warmup 5s --drain 5s)
 two=(-w 2 --source-addresses 127.0.0.1,127.0.0.2)
 four=(--source-addresses 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4)

@@ -10,39 +10,23 @@
 # Each run waits until no compiler has run for 10 s (the numbers are the machine's
 # otherwise) and is bounded by `timeout`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ulimit -n 20000
-bin=target/release/switchyard
-bench=target/release/switchyard-bench
-[ -x "$bin" ] && [ -x "$bench" ] || cargo build --release -p switchyard -p switchyard-bench
+source "$(dirname "$0")/common.sh"
 out=target/bench-units
 mkdir -p "$out"
+summary='Outbound \(|Latency p50|Latency p99 |≥ 1 s|Lost|Connections failed|Service CPU|Service RSS|generator|Redis CPU \(|PUBLISH|Azure rule|memory per|Connects per'
 
-quiet_machine() {
-  local calm=0
-  while [ "$calm" -lt 10 ]; do
-    if pgrep -x rustc >/dev/null || pgrep -x cargo >/dev/null; then calm=0; else calm=$((calm + 1)); fi
-    sleep 1
-  done
-}
-
+# Rows named on the command line only, when any are (`bench/units.sh 100 rest-user`).
 only=()
-run() {
-  local name=$1
-  shift
-  if [ "${#only[@]}" -gt 0 ]; then
-    local wanted=no row
-    for row in "${only[@]}"; do [ "${name#u*-}" = "$row" ] && wanted=yes; done
-    [ "$wanted" = yes ] || return 0
-  fi
-  quiet_machine
-  echo "=== $name: $* [load $(cut -d" " -f1-3 /proc/loadavg)]"
-  timeout 600 "$bench" "$@" --quiet --summary-json "$out/$name.json" >"$out/$name.txt" 2>&1 || true
-  grep -E "Outbound \(|Latency p50|Latency p99 |≥ 1 s|Lost|Connections failed|Service CPU|Service RSS|generator|Redis CPU \(|PUBLISH|Azure rule|memory per|Connects per" \
-    "$out/$name.txt" || tail -5 "$out/$name.txt"
+wanted() {
+  [ "${#only[@]}" -eq 0 ] && return 0
+  local row
+  for row in "${only[@]}"; do [ "${1#u*-}" = "$row" ] && return 0; done
+  return 1
 }
-
-S=(--service-bin "$bin")
+row() {
+  wanted "$1" || return 0
+  run "$@"
+}
 M=(--message-size 2048 -d 30s --warmup 5s --drain 10s)
 
 unit() {
@@ -58,30 +42,30 @@ unit() {
       --connect-rate 1500 --max-connecting 128)
   fi
   local p="u$u"
-  run "$p-idle" idle "${S[@]}" "${shape[@]}" -d 10s --drain 0s
+  row "$p-idle" idle "${S[@]}" "${shape[@]}" -d 10s --drain 0s
   # Everyone: one broadcast every 2 s (Azure's row: 2 a second).
-  run "$p-rest-broadcast" rest-broadcast "${S[@]}" "${shape[@]}" -s 1 --send-interval 2s "${M[@]}"
+  row "$p-rest-broadcast" rest-broadcast "${S[@]}" "${shape[@]}" -s 1 --send-interval 2s "${M[@]}"
   # Big groups: 10 groups of conns/10, 10 callers at 1/s (Azure's row: 20 messages/s).
-  run "$p-rest-group-big" rest-send-to-group "${S[@]}" "${shape[@]}" --groups 10 -s 10 \
+  row "$p-rest-group-big" rest-send-to-group "${S[@]}" "${shape[@]}" --groups 10 -s 10 \
     --send-interval 1s "${M[@]}"
   if [ "$u" = 100 ]; then
     # Half that: 10,000 × 5 a second (100,000 deliveries/s fills both cores here).
-    run "$p-rest-group-big-5" rest-send-to-group "${S[@]}" "${shape[@]}" --groups 10 -s 5 \
+    row "$p-rest-group-big-5" rest-send-to-group "${S[@]}" "${shape[@]}" --groups 10 -s 5 \
       --send-interval 1s "${M[@]}"
   fi
   # Small groups: groups of 10 spread over every node, 2,000 calls/s (20,000 deliveries/s).
   # REST enters every node: when one node held its 16,667 clients and every REST connection,
   # a stall made the callers open more connections until it reached its socket limit and
   # answered 503 (2,683 calls in one Unit100 run).
-  run "$p-rest-group-small" rest-send-to-group "${S[@]}" "${shape[@]}" --group-size 10 -s 2000 \
+  row "$p-rest-group-small" rest-send-to-group "${S[@]}" "${shape[@]}" --group-size 10 -s 2000 \
     --rest-node all --send-interval 1s "${M[@]}"
   # One connection / one user, each call entering a node that does not hold it.
-  run "$p-rest-connection" rest-send-to-connection "${S[@]}" "${shape[@]}" --rest-node all \
+  row "$p-rest-connection" rest-send-to-connection "${S[@]}" "${shape[@]}" --rest-node all \
     -s 3000 --send-interval 1s "${M[@]}"
-  run "$p-rest-user" rest-send-to-user "${S[@]}" "${shape[@]}" --rest-node all \
+  row "$p-rest-user" rest-send-to-user "${S[@]}" "${shape[@]}" --rest-node all \
     -s 3000 --send-interval 1s "${M[@]}"
   # Acknowledged joins and leaves of 10 groups, 2,000 a second, from another node.
-  run "$p-rest-join-leave" rest-join-leave-group "${S[@]}" "${shape[@]}" --rest-node all \
+  row "$p-rest-join-leave" rest-join-leave-group "${S[@]}" "${shape[@]}" --rest-node all \
     --groups 10 -s 2000 --send-interval 1s "${M[@]}"
 }
 

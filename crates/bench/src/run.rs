@@ -228,30 +228,17 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
             access_key: Some(access_key.clone()),
         });
         let probe = Probe::new(nodes.clone(), Some(redis));
-        if scenario.needs_app_server() {
-            // One node: its app server as for a single service.
-            let (url, app_pid) = app_server(args, &first_cs, &mut children)?;
-            return Ok(Target {
-                name: name("switchyard"),
-                mode: "default",
-                endpoint: Endpoint::Hub { url },
-                rest,
-                probe,
-                app_pid,
-                rest_nodes,
-                _children: children,
-            });
-        }
+        // Default mode (one node): its app server, as for a single service.
+        let bases = nodes.iter().map(|n| n.url.clone()).collect();
+        let (mode, endpoint, app_pid) =
+            clients_of(scenario, args, &mut children, &first_cs, bases, access_key)?;
         return Ok(Target {
             name: name("switchyard"),
-            mode: "serverless",
-            endpoint: Endpoint::Service {
-                bases: nodes.iter().map(|n| n.url.clone()).collect(),
-                access_key,
-            },
+            mode,
+            endpoint,
             rest,
             probe,
-            app_pid: None,
+            app_pid,
             rest_nodes,
             _children: children,
         });
@@ -289,32 +276,44 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
         }],
         None,
     );
-    if scenario.needs_app_server() {
-        let (url, app_pid) = app_server(args, &connection_string, &mut children)?;
-        return Ok(Target {
-            name: name("switchyard"),
-            mode: "default",
-            endpoint: Endpoint::Hub { url },
-            rest,
-            probe,
-            app_pid,
-            rest_nodes: String::new(),
-            _children: children,
-        });
-    }
+    let bases = vec![cs.client_base_url().to_string()];
+    let (mode, endpoint, app_pid) = clients_of(
+        scenario,
+        args,
+        &mut children,
+        &connection_string,
+        bases,
+        access_key,
+    )?;
     Ok(Target {
         name: name("switchyard"),
-        mode: "serverless",
-        endpoint: Endpoint::Service {
-            bases: vec![cs.client_base_url().to_string()],
-            access_key,
-        },
+        mode,
+        endpoint,
         rest,
         probe,
-        app_pid: None,
+        app_pid,
         rest_nodes: String::new(),
         _children: children,
     })
+}
+
+/// Where Switchyard's clients connect: through an app server on `connection_string`
+/// (Default mode; the mode, its endpoint and the app server's pid) or straight at the
+/// service's `bases` (serverless).
+fn clients_of(
+    scenario: Scenario,
+    args: &RunArgs,
+    children: &mut Children,
+    connection_string: &str,
+    bases: Vec<String>,
+    access_key: String,
+) -> Result<(&'static str, Endpoint, Option<u32>), RunError> {
+    if scenario.needs_app_server() {
+        let (url, app_pid) = app_server(args, connection_string, children)?;
+        Ok(("default", Endpoint::Hub { url }, app_pid))
+    } else {
+        Ok(("serverless", Endpoint::Service { bases, access_key }, None))
+    }
 }
 
 /// The app server of a Default-mode run: `--app-url`, or one the tool starts.

@@ -180,14 +180,7 @@ pub async fn connect(target: &Target, user: Option<&str>) -> Result<WsClient, Co
 
 fn describe(error: &ClientError) -> String {
     // reqwest's Display hides the cause ("error sending request"); include the chain.
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    switchyard_client::with_causes(error)
 }
 
 fn query_escape(value: &str) -> String {
