@@ -14,7 +14,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use rmp::Marker;
 use switchyard_core::{
     Answer, Channel, CloseReason, ConnectionId, GroupName, HubName, Message, NameError, Payloads,
-    Protocol, Question, Target, UserGroupEntry, UserId,
+    Presence, Protocol, Question, Target, UserGroupEntry, UserId,
 };
 
 const VERSION: u8 = 1;
@@ -59,6 +59,7 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
         Message::Close { .. } => 3,
         Message::Ask { .. } => 3,
         Message::Answer { .. } => 2,
+        Message::Presence(_) => 4,
     };
     let ttl_field = usize::from(matches!(message, Message::UserJoinGroup { .. }));
     write_array(w, 5 + fields + ttl_field);
@@ -74,11 +75,7 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
             write_uint(w, 0);
             write_str(w, hub.as_str());
             write_target(w, target);
-            write_array(w, payloads.iter().count() * 2);
-            for (protocol, bytes) in payloads.iter() {
-                write_str(w, protocol.name());
-                rmp::encode::write_bin(w, bytes).expect("writing to memory");
-            }
+            write_payloads(w, payloads);
         }
         Message::AddToGroup {
             hub,
@@ -160,6 +157,19 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
             write_uint(w, *id);
             write_answer(w, answer);
         }
+        Message::Presence(presence) => {
+            write_uint(w, 8);
+            write_str(w, presence.hub.as_str());
+            write_str(w, &presence.node);
+            write_str(w, &presence.instance);
+            rmp::encode::write_bool(w, presence.leaving).expect("writing to memory");
+            write_array(w, presence.servers.len());
+            for (hub, servers) in &presence.servers {
+                write_array(w, 2);
+                write_str(w, hub.as_str());
+                write_ids(w, servers.iter().map(String::as_str));
+            }
+        }
     }
     out.into_inner().freeze()
 }
@@ -192,15 +202,7 @@ pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
         0 => {
             expect(7)?;
             let target = r.target()?;
-            let count = r.array()?;
-            if count % 2 != 0 {
-                return Err(EnvelopeError::Type(r.pos));
-            }
-            let mut payloads = Payloads::new();
-            for _ in 0..count / 2 {
-                let protocol = Protocol::from_name(r.str()?);
-                payloads.insert(protocol, r.bin()?);
-            }
+            let payloads = r.payloads()?;
             Message::Send {
                 hub,
                 target,
@@ -278,6 +280,28 @@ pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
                 answer: r.answer()?,
             }
         }
+        8 => {
+            expect(9)?;
+            let node = r.str()?.to_string();
+            let instance = r.str()?.to_string();
+            let leaving = r.bool()?;
+            let count = r.array()?;
+            let mut servers = Vec::with_capacity(count);
+            for _ in 0..count {
+                if r.array()? != 2 {
+                    return Err(EnvelopeError::Type(r.pos));
+                }
+                let hub = HubName::from_key(r.str()?)?;
+                servers.push((hub, r.ids(|id| Ok(id.to_string()))?));
+            }
+            Message::Presence(Presence {
+                hub,
+                node,
+                instance,
+                leaving,
+                servers,
+            })
+        }
         tag => {
             return Err(EnvelopeError::Tag {
                 what: "message kind",
@@ -298,7 +322,11 @@ pub fn channel_name(prefix: &str, channel: &Channel) -> String {
 
 fn payload_len(message: &Message) -> usize {
     match message {
-        Message::Send { payloads, .. } => payloads.total_len() + 16,
+        Message::Send { payloads, .. }
+        | Message::Ask {
+            question: Question::Invoke { payloads, .. },
+            ..
+        } => payloads.total_len() + 16,
         _ => 0,
     }
 }
@@ -457,6 +485,27 @@ fn write_question(w: &mut W, question: &Question) {
             }
             write_uint(w, u64::from(*max));
         }
+        Question::Invoke {
+            connection,
+            invocation_id,
+            caller_server_id,
+            payloads,
+        } => {
+            write_array(w, 5);
+            write_uint(w, 11);
+            write_str(w, connection.as_str());
+            write_str(w, invocation_id);
+            write_str(w, caller_server_id);
+            write_payloads(w, payloads);
+        }
+    }
+}
+
+fn write_payloads(w: &mut W, payloads: &Payloads) {
+    write_array(w, payloads.iter().count() * 2);
+    for (protocol, bytes) in payloads.iter() {
+        write_str(w, protocol.name());
+        rmp::encode::write_bin(w, bytes).expect("writing to memory");
     }
 }
 
@@ -559,6 +608,14 @@ impl<'a> Reader<'a> {
         Ok(len)
     }
 
+    fn bool(&mut self) -> Result<bool, EnvelopeError> {
+        match self.marker()? {
+            Marker::True => Ok(true),
+            Marker::False => Ok(false),
+            _ => Err(self.type_error()),
+        }
+    }
+
     fn nil(&mut self) -> Result<bool, EnvelopeError> {
         if self.rest().first() == Some(&0xc0) {
             self.pos += 1;
@@ -604,6 +661,19 @@ impl<'a> Reader<'a> {
         Ok(self.input.slice(start..start + len))
     }
 
+    fn payloads(&mut self) -> Result<Payloads, EnvelopeError> {
+        let count = self.array()?;
+        if count % 2 != 0 {
+            return Err(EnvelopeError::Type(self.pos));
+        }
+        let mut payloads = Payloads::new();
+        for _ in 0..count / 2 {
+            let protocol = Protocol::from_name(self.str()?);
+            payloads.insert(protocol, self.bin()?);
+        }
+        Ok(payloads)
+    }
+
     fn ids<T>(
         &mut self,
         make: impl Fn(&str) -> Result<T, NameError>,
@@ -623,6 +693,7 @@ impl<'a> Reader<'a> {
             9 => 1,
             3..=5 => 2,
             7 | 8 => 4,
+            11 => 5,
             _ => 3,
         };
         let hub =
@@ -673,6 +744,12 @@ impl<'a> Reader<'a> {
                     Some((hub(self)?, UserId::new(self.str()?)?, group(self)?))
                 },
                 max: u32::try_from(self.uint()?).unwrap_or(u32::MAX),
+            },
+            11 => Question::Invoke {
+                connection: connection(self)?,
+                invocation_id: self.str()?.to_string(),
+                caller_server_id: self.str()?.to_string(),
+                payloads: self.payloads()?,
             },
             tag => {
                 return Err(EnvelopeError::Tag {
@@ -894,6 +971,12 @@ mod tests {
                 after: Some((hub(), u.clone(), g.clone())),
                 max: 2,
             },
+            Question::Invoke {
+                connection: c("c"),
+                invocation_id: "c-1-2".into(),
+                caller_server_id: "host_1".into(),
+                payloads: Payloads::new().with(Protocol::Json, Bytes::from_static(b"{}\x1e")),
+            },
         ];
         out.extend(
             questions
@@ -933,6 +1016,24 @@ mod tests {
             id: u64::MAX,
             answer,
         }));
+        for (leaving, servers) in [
+            (false, vec![]),
+            (
+                true,
+                vec![
+                    (hub(), vec!["host_1".to_string(), "host_2".to_string()]),
+                    (HubName::new("other", Some("app")).unwrap(), vec![]),
+                ],
+            ),
+        ] {
+            out.push(Message::Presence(Presence {
+                hub: hub(),
+                node: "n1".into(),
+                instance: "n1~0a1b".into(),
+                leaving,
+                servers,
+            }));
+        }
         out
     }
 

@@ -17,7 +17,8 @@ pub mod protocol;
 
 pub use close::CloseReason;
 pub use message::{
-    user_group_key, Answer, Channel, Message, Question, Target, UserGroupEntry, UserGroupKey,
+    user_group_key, Answer, Channel, Message, Presence, Question, Target, UserGroupEntry,
+    UserGroupKey,
 };
 pub use names::{ConnectionId, GroupName, HubName, NameError, UserId};
 pub use protocol::{Payloads, Protocol};

@@ -78,6 +78,24 @@ pub enum Message {
         id: u64,
         answer: Answer,
     },
+    /// A node's heartbeat, published on [`Channel::All`] every second: other nodes learn which
+    /// nodes are alive and which app servers each one has connections from. `hub` only places
+    /// it (a partitioned backplane keeps one hub's messages together).
+    Presence(Presence),
+}
+
+/// What a node tells the others about itself (see [`Message::Presence`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Presence {
+    pub hub: HubName,
+    pub node: String,
+    /// This run of the node (`{node}~{random}`): a node restarted under the same id is a new
+    /// instance, so what is said of the old one never touches the new one.
+    pub instance: String,
+    /// Said once by a node shutting down: forget it now rather than after the timeout.
+    pub leaving: bool,
+    /// App servers with connections that carry clients on the node: per hub, their ids.
+    pub servers: Vec<(HubName, Vec<String>)>,
 }
 
 /// What one node asks the others (see [`Message::Ask`]). The first three change a connection
@@ -121,6 +139,15 @@ pub enum Question {
     UserGroups {
         after: Option<UserGroupKey>,
         max: u32,
+    },
+    /// An app server's ClientInvocation for a connection held elsewhere: the owner takes it
+    /// as if the caller had sent it there (answers `Yes`), provided it holds the connection
+    /// and has a connection from the caller to answer on.
+    Invoke {
+        connection: ConnectionId,
+        invocation_id: String,
+        caller_server_id: String,
+        payloads: Payloads,
     },
 }
 
@@ -168,7 +195,8 @@ impl Message {
             | Message::UserLeaveGroup { hub, .. }
             | Message::Close { hub, .. }
             | Message::Ask { hub, .. }
-            | Message::Answer { hub, .. } => hub,
+            | Message::Answer { hub, .. }
+            | Message::Presence(Presence { hub, .. }) => hub,
         }
     }
 }

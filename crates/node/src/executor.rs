@@ -26,7 +26,18 @@ use crate::asks::{Asks, Gathered};
 use crate::command::{Check, Command, Missing};
 use crate::config::ValidConfig;
 use crate::http::Auth;
+use crate::members::Members;
 use crate::metrics::Metrics;
+
+/// Takes a client invocation another node passed on (see [`Question::Invoke`]); implemented
+/// by Default mode, which the executor does not know.
+pub(crate) trait RemoteInvocations: Send + Sync {
+    /// Whether this node took the invocation (it holds the client and a connection from the
+    /// caller to answer on).
+    fn take(&self, hub: &HubName, question: &Question) -> bool;
+}
+
+type InvocationsSlot = Arc<OnceLock<Arc<dyn RemoteInvocations>>>;
 
 pub struct Executor {
     config: ValidConfig,
@@ -38,6 +49,8 @@ pub struct Executor {
     asks: Arc<Asks>,
     /// Where other nodes reach this one over HTTP (set once the listener is bound).
     internal_url: Arc<OnceLock<String>>,
+    members: Arc<Members>,
+    invocations: InvocationsSlot,
 }
 
 /// Subscribes this node to a channel while it has a local member.
@@ -81,6 +94,8 @@ struct RouterSink {
     backplane: Arc<dyn Backplane>,
     asks: Arc<Asks>,
     internal_url: Arc<OnceLock<String>>,
+    members: Arc<Members>,
+    invocations: InvocationsSlot,
 }
 
 impl Sink for RouterSink {
@@ -93,6 +108,7 @@ impl Sink for RouterSink {
                 question,
             } => self.answer(hub, from, *id, question),
             Message::Answer { id, answer, .. } => self.asks.answered(*id, answer.clone()),
+            Message::Presence(presence) => self.members.heard(presence, Instant::now()),
             _ => {
                 let delivered = self.router.apply(message);
                 self.metrics.frames_delivered.inc_by(delivered as u64);
@@ -103,7 +119,20 @@ impl Sink for RouterSink {
 
 impl RouterSink {
     fn answer(&self, hub: &HubName, from: &NodeId, id: u64, question: &Question) {
-        let answer = match (question, self.router.answer(hub, question)) {
+        let answer = if let Question::Invoke { .. } = question {
+            let taken = self
+                .invocations
+                .get()
+                .is_some_and(|invocations| invocations.take(hub, question));
+            if taken {
+                Answer::Yes
+            } else {
+                Answer::No
+            }
+        } else {
+            self.router.answer(hub, question)
+        };
+        let answer = match (question, answer) {
             (Question::Address, Answer::Yes) => match self.internal_url.get() {
                 Some(url) => Answer::At(url.clone()),
                 None => Answer::No,
@@ -170,6 +199,11 @@ impl Executor {
         })));
         let asks = Arc::new(Asks::default());
         let internal_url = Arc::new(OnceLock::new());
+        let members = Arc::new(Members::new(
+            node_id.clone(),
+            crate::members::new_instance(&node_id),
+        ));
+        let invocations: InvocationsSlot = Arc::new(OnceLock::new());
         backplane.attach(
             &node_id,
             Arc::new(RouterSink {
@@ -179,6 +213,8 @@ impl Executor {
                 backplane: backplane.clone(),
                 asks: asks.clone(),
                 internal_url: internal_url.clone(),
+                members: members.clone(),
+                invocations: invocations.clone(),
             }),
         );
         Executor {
@@ -190,7 +226,45 @@ impl Executor {
             metrics,
             asks,
             internal_url,
+            members,
+            invocations,
         }
+    }
+
+    /// The cluster's live nodes as this node hears them.
+    pub(crate) fn members(&self) -> &Arc<Members> {
+        &self.members
+    }
+
+    /// Where client invocations passed on by other nodes go (set once, by Default mode).
+    pub(crate) fn set_remote_invocations(&self, invocations: Arc<dyn RemoteInvocations>) {
+        let _ = self.invocations.set(invocations);
+    }
+
+    /// Tells the other nodes this node is alive (or leaving), and which app servers it holds
+    /// connections from.
+    pub(crate) fn publish_presence(&self, servers: Vec<(HubName, Vec<String>)>, leaving: bool) {
+        let presence = switchyard_core::Presence {
+            hub: HubName::new("switchyard", None).expect("a valid hub name"),
+            node: self.node_id.clone(),
+            instance: self.members.instance().to_string(),
+            leaving,
+            servers,
+        };
+        self.publish(vec![Channel::All], Message::Presence(presence));
+    }
+
+    /// Passes a client invocation to the node holding its connection; true when that node
+    /// took it (see [`Question::Invoke`]).
+    pub(crate) async fn invoke_elsewhere(&self, hub: &HubName, question: Question) -> bool {
+        let Question::Invoke { connection, .. } = &question else {
+            return false;
+        };
+        let channel = self.owner_of(hub, connection);
+        let gathered = self
+            .ask(hub, channel, question, |a| *a == Answer::Yes)
+            .await;
+        gathered.answers.contains(&Answer::Yes)
     }
 
     /// Where other nodes reach this node over HTTP; set once, when the listener is bound.

@@ -6,8 +6,10 @@
 //! 0. leaves: [`config`] (settings, validated once), [`metrics`], `http` (query parsing,
 //!    token checks against the keys), `cors`.
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
-//!    miss), `asks` (questions to other nodes, waiting for their answers) and [`executor`]
-//!    (applies commands through the router and the backplane, cluster-wide).
+//!    miss), `asks` (questions to other nodes, waiting for their answers), `members` (which
+//!    nodes are alive, from their heartbeats), [`executor`] (applies commands through the
+//!    router and the backplane, cluster-wide) and `forward` (passes HTTP requests on to the
+//!    node they are for).
 //! 2. features, written against narrow views of a client: `default_mode` (app-server
 //!    connections, clients pinned to them, client results) and `upstream` (serverless
 //!    webhooks).
@@ -24,6 +26,7 @@ pub mod config;
 mod cors;
 mod default_mode;
 pub mod executor;
+mod forward;
 #[cfg(feature = "fuzzing")]
 mod fuzz_support;
 /// Exists for the fuzz targets in `fuzz/` only (wrappers over crate-private parsers); not an API.
@@ -32,6 +35,7 @@ mod fuzz_support;
 pub mod fuzzing;
 mod http;
 mod listener;
+mod members;
 pub mod metrics;
 mod rest;
 mod server;
@@ -42,6 +46,7 @@ pub use config::{Config, ValidConfig};
 pub use executor::Executor;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,6 +72,8 @@ pub struct Node {
     clients: Arc<Clients>,
     app_servers: Arc<AppServers>,
     pub metrics: Arc<Metrics>,
+    /// A backplane probe is in flight (at most one at a time).
+    probing: AtomicBool,
 }
 
 impl Node {
@@ -82,8 +89,10 @@ impl Node {
         node_id: NodeId,
     ) -> Arc<Node> {
         let metrics = Arc::new(Metrics::default());
-        let default_mode = Arc::new(DefaultMode::new(&config, node_id.clone()));
         let executor = Arc::new(Executor::new(config, backplane, node_id, metrics.clone()));
+        let instance = executor.members().instance().to_string();
+        let default_mode = Arc::new(DefaultMode::new(executor.config(), instance));
+        executor.set_remote_invocations(default_mode.clone());
         let upstream = Upstream::new(executor.config(), executor.keys().clone(), metrics.clone());
         let clients = Arc::new(Clients::new(
             executor.clone(),
@@ -93,12 +102,14 @@ impl Node {
         let app_servers = Arc::new(AppServers {
             executor: executor.clone(),
             default_mode,
+            forwarder: forward::Forwarder::new(),
         });
         Arc::new(Node {
             executor,
             clients,
             app_servers,
             metrics,
+            probing: AtomicBool::new(false),
         })
     }
 
@@ -153,10 +164,70 @@ impl Node {
             if self.executor.in_cluster() {
                 self.metrics
                     .record_backplane(&self.executor.backplane_traffic());
+                self.cluster_tick(now);
             }
         }
     }
+
+    /// Once a second in a cluster: say this node is alive, find the nodes that are not, tell
+    /// app servers about both, and check that this node's own backplane still answers.
+    fn cluster_tick(self: &Arc<Self>, now: Instant) {
+        let (executor, metrics) = (&self.executor, &self.metrics);
+        let members = executor.members();
+        let default_mode = &self.app_servers.default_mode;
+        executor.publish_presence(default_mode.server_list(), false);
+        members.expire(now, self.config().cluster.node_timeout);
+        for gone in members.take_gone() {
+            let told = default_mode.announce_offline(&gone.instance);
+            metrics.cluster_nodes_lost.inc();
+            metrics
+                .cluster_server_pings
+                .get_or_create(&metrics::KindLabel { kind: "offline" })
+                .inc_by(told as u64);
+            tracing::warn!(node = %gone.node, instance = %gone.instance, told, "a node is gone; app servers are told it is offline");
+        }
+        let asked = default_mode.ask_for_connections(members.node(), &members.others(), now);
+        metrics
+            .cluster_server_pings
+            .get_or_create(&metrics::KindLabel { kind: "target" })
+            .inc_by(asked as u64);
+        metrics.cluster_nodes.set(members.count() as i64);
+        let healthy = members.backplane_healthy();
+        metrics.cluster_backplane_up.set(i64::from(healthy));
+        if !self.probing.swap(true, Ordering::AcqRel) {
+            let node = self.clone();
+            tokio::spawn(async move {
+                let answered = tokio::time::timeout(BACKPLANE_PROBE, node.executor.barrier())
+                    .await
+                    .is_ok();
+                let members = node.executor.members();
+                if members.backplane_healthy() && !answered {
+                    tracing::warn!("the backplane does not answer; serving local traffic only");
+                } else if !members.backplane_healthy() && answered {
+                    tracing::info!("the backplane answers again");
+                }
+                members.backplane_answered(answered, Instant::now());
+                node.probing.store(false, Ordering::Release);
+            });
+        }
+    }
+
+    /// Tells the other nodes this node is shutting down, so they forget it at once.
+    fn leave(&self) {
+        if self.executor.in_cluster() {
+            let servers = self.app_servers.default_mode.server_list();
+            self.executor.publish_presence(servers, true);
+        }
+    }
+
+    /// Whether this node's backplane answers (always, on one node).
+    pub fn backplane_healthy(&self) -> bool {
+        self.executor.members().backplane_healthy()
+    }
 }
+
+/// How long the backplane has to answer the once-a-second probe before the node counts it down.
+const BACKPLANE_PROBE: Duration = Duration::from_secs(1);
 
 /// The service's HTTP routes for a node, behind the CORS middleware (which also answers
 /// preflights for paths no route serves).
@@ -319,7 +390,10 @@ pub async fn serve_listeners(
         &config,
         node.metrics.clone(),
         shutdown,
-        move || async move { closing.close_all_clients(SHUTDOWN_DRAIN).await },
+        move || async move {
+            closing.leave();
+            closing.close_all_clients(SHUTDOWN_DRAIN).await
+        },
         SHUTDOWN_GRACE,
     )
     .await;

@@ -67,6 +67,15 @@ pub struct Metrics {
     /// The backplane's traffic between processes, by kind (`published`, `publish_errors`,
     /// `received`, `decode_errors`, `subscribe_errors`); copied from the backplane each second.
     pub backplane_messages: Family<KindLabel, Counter>,
+    /// Live nodes of the cluster as this node sees them, itself included.
+    pub cluster_nodes: Gauge,
+    /// 1 while this node's backplane answers, 0 while it does not (Redis unreachable).
+    pub cluster_backplane_up: Gauge,
+    /// Nodes found gone (silent past `cluster.node_timeout`, restarted, or shut down).
+    pub cluster_nodes_lost: Counter,
+    /// Cluster pings sent to app servers, by kind (`target`: connect to that node too;
+    /// `offline`: that node is gone).
+    pub cluster_server_pings: Family<KindLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -167,9 +176,37 @@ impl Default for Metrics {
             "Messages between processes through the backplane, by kind (published, publish_errors, received, decode_errors, subscribe_errors)",
             backplane_messages.clone(),
         );
+        let cluster_nodes = Gauge::default();
+        registry.register(
+            "cluster_nodes",
+            "Live nodes of the cluster as this node sees them, itself included",
+            cluster_nodes.clone(),
+        );
+        let cluster_backplane_up = Gauge::default();
+        registry.register(
+            "cluster_backplane_up",
+            "1 while this node's backplane answers, 0 while it does not",
+            cluster_backplane_up.clone(),
+        );
+        let cluster_nodes_lost = Counter::<u64, AtomicU64>::default();
+        registry.register(
+            "cluster_nodes_lost",
+            "Nodes found gone (silent past cluster.node_timeout, restarted, or shut down)",
+            cluster_nodes_lost.clone(),
+        );
+        let cluster_server_pings = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "cluster_server_pings",
+            "Cluster pings sent to app servers, by kind (target, offline)",
+            cluster_server_pings.clone(),
+        );
         Metrics {
             registry,
             backplane_messages,
+            cluster_nodes,
+            cluster_backplane_up,
+            cluster_nodes_lost,
+            cluster_server_pings,
             cluster_asks_incomplete,
             cluster_requests_forwarded,
             http_connections,

@@ -159,8 +159,8 @@ impl Router {
             } => self
                 .find_hub(hub)
                 .map_or(0, |hub| hub.close(target, excluded, reason)),
-            // Questions and answers are between nodes; the node answers with `answer`.
-            Message::Ask { .. } | Message::Answer { .. } => 0,
+            // Questions and answers are between nodes, and so is presence.
+            Message::Ask { .. } | Message::Answer { .. } | Message::Presence(_) => 0,
         }
     }
 
@@ -224,6 +224,8 @@ impl Router {
             Question::UserJoinGroup { .. } | Question::Address | Question::UserGroups { .. } => {
                 Answer::Yes
             }
+            // App servers are not the router's: the node answers this one itself.
+            Question::Invoke { .. } => Answer::No,
         }
     }
 

@@ -46,6 +46,9 @@ pub struct AppServerConfig {
     /// and `asrs.s.sn` in the client tokens it issues.
     pub server_id: String,
     pub graceful_shutdown: ShutdownMode,
+    /// Most connections per hub, OnDemand ones (opened when the service asks, by a `target`
+    /// ping) included, like the SDK's `MaxHubServerConnectionCount`. `None`: no cap.
+    pub max_hub_server_connections: Option<usize>,
 }
 
 impl AppServerConfig {
@@ -58,6 +61,7 @@ impl AppServerConfig {
             connections_per_hub: 5,
             server_id: default_server_id(),
             graceful_shutdown: ShutdownMode::Off,
+            max_hub_server_connections: None,
         }
     }
 }

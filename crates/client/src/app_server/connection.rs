@@ -59,7 +59,7 @@ pub async fn run_slot(hub: Arc<Hub>, slot: usize, methods: Arc<dyn HubMethods>) 
     // Consecutive failed dials; the first retry (after a drop or a failure) waits 1 s.
     let mut failures = 0u32;
     while !hub.info.is_stopping() {
-        let delay = match dial(&hub).await {
+        let delay = match dial(&hub, None).await {
             Ok((socket, leftover, cid)) => {
                 failures = 0;
                 run_session(&hub, slot, socket, leftover, cid, &methods).await;
@@ -81,14 +81,48 @@ pub async fn run_slot(hub: Arc<Hub>, slot: usize, methods: Arc<dyn HubMethods>) 
     }
 }
 
-/// Opens the WebSocket and completes the service handshake. Returns the socket, bytes
-/// read past the HandshakeResponse, and the `cid`.
-async fn dial(hub: &Hub) -> Result<(Socket, BytesMut, String), AppServerError> {
+/// A `["target", instance]` ping: opens one OnDemand connection to that service instance
+/// (spec §1.6), unless the hub is at `max_hub_server_connections`. It is not redialled when
+/// it drops, as the SDK does not.
+pub(super) fn open_on_demand(hub: Arc<Hub>, instance: &str, methods: Arc<dyn HubMethods>) {
+    if hub.info.is_stopping() {
+        return;
+    }
+    let Some(slot) = hub.reserve_on_demand_slot() else {
+        tracing::info!(hub = %hub.name, instance, "not opening an OnDemand connection: at the cap");
+        return;
+    };
+    let instance = instance.to_owned();
+    tokio::spawn(async move {
+        match dial(&hub, Some(&instance)).await {
+            Ok((socket, leftover, cid)) => {
+                run_session(&hub, slot, socket, leftover, cid, &methods).await;
+            }
+            Err(e) => {
+                // Expected when the instance is gone or refuses more connections.
+                tracing::info!(hub = %hub.name, instance, "OnDemand connection not made: {e}");
+            }
+        }
+        hub.release_on_demand_slot(slot);
+    });
+}
+
+/// Opens the WebSocket and completes the service handshake (an OnDemand one with `target`).
+/// Returns the socket, bytes read past the HandshakeResponse, and the `cid`.
+async fn dial(
+    hub: &Hub,
+    target: Option<&str>,
+) -> Result<(Socket, BytesMut, String), AppServerError> {
     let config = &hub.info.config;
     let cs = &config.connection_string;
     let cid = new_guid();
     let token = server_token(cs, &hub.name, &config.server_id)?;
-    let mut request = server_url(cs, &hub.name, &cid).into_client_request()?;
+    let mut url = server_url(cs, &hub.name, &cid);
+    if let Some(target) = target {
+        url.push_str("&target=");
+        url.push_str(&urlencoding_of(target));
+    }
+    let mut request = url.into_client_request()?;
     let headers = request.headers_mut();
     let value = |text: String| {
         HeaderValue::from_str(&text).map_err(|_| AppServerError::Protocol("bad header".into()))
@@ -109,8 +143,11 @@ async fn dial(hub: &Hub) -> Result<(Socket, BytesMut, String), AppServerError> {
                 .await?;
         let request = HandshakeRequest {
             version: sp::VERSION,
-            connection_type: HandshakeRequest::CONNECTION_TYPE_DEFAULT,
-            target: String::new(),
+            connection_type: match target {
+                Some(_) => HandshakeRequest::CONNECTION_TYPE_ONDEMAND,
+                None => HandshakeRequest::CONNECTION_TYPE_DEFAULT,
+            },
+            target: target.unwrap_or_default().to_owned(),
             migration_level: config.graceful_shutdown.migration_level(),
             ext: Extensions::default(),
             allow_stateful_reconnects: None,
@@ -241,6 +278,20 @@ fn dispatch(
             }
         }
     }
+}
+
+/// Percent-encodes everything but unreserved characters (RFC 3986), as the SDK's
+/// `WebUtility.UrlEncode` does for instance ids.
+fn urlencoding_of(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// Writes `["#clientInHub", n, "#client", m]` when nothing was written for 5 s.

@@ -32,7 +32,13 @@ impl Hub {
         methods: &Arc<dyn HubMethods>,
     ) {
         match message {
-            ServiceMessage::Ping(ping) => self.on_ping(link, ping),
+            ServiceMessage::Ping(ping) => {
+                if let Some(instance) = ping.get("target").filter(|t| !t.is_empty()) {
+                    super::connection::open_on_demand(self.clone(), instance, methods.clone());
+                } else {
+                    self.on_ping(link, ping);
+                }
+            }
             ServiceMessage::OpenConnection(open) => self.on_open(link, open, methods),
             ServiceMessage::CloseConnection(close) => self.on_close(close),
             ServiceMessage::ConnectionData(data) => self.on_data(link, data),

@@ -58,6 +58,8 @@ pub struct Hub {
     pub name: String,
     pub info: Arc<ServerInfo>,
     slots: RwLock<Vec<Option<Arc<Link>>>>,
+    /// OnDemand slots reserved (dialling or connected).
+    on_demand: Mutex<Vec<usize>>,
     round_robin: AtomicUsize,
     pub(super) clients: Mutex<HashMap<String, ClientEntry>>,
     pub acks: Acks,
@@ -71,6 +73,7 @@ impl Hub {
             name,
             info,
             slots: RwLock::new(slots),
+            on_demand: Mutex::default(),
             round_robin: AtomicUsize::new(0),
             clients: Mutex::default(),
             acks: Acks::new(),
@@ -78,8 +81,38 @@ impl Hub {
         }
     }
 
+    /// The fixed slots (OnDemand connections take slots past these).
     pub fn slot_count(&self) -> usize {
-        self.slots.read().len()
+        self.info.config.connections_per_hub
+    }
+
+    /// A slot for an OnDemand connection: a free one past the fixed slots, or a new one;
+    /// `None` when the hub is at `max_hub_server_connections`.
+    pub fn reserve_on_demand_slot(&self) -> Option<usize> {
+        let mut slots = self.slots.write();
+        let fixed = self.info.config.connections_per_hub;
+        let mut in_use = self.on_demand.lock();
+        let used = slots[..fixed].iter().filter(|s| s.is_some()).count() + in_use.len();
+        if self
+            .info
+            .config
+            .max_hub_server_connections
+            .is_some_and(|max| used >= max)
+        {
+            return None;
+        }
+        let slot = (fixed..slots.len())
+            .find(|i| !in_use.contains(i))
+            .unwrap_or_else(|| {
+                slots.push(None);
+                slots.len() - 1
+            });
+        in_use.push(slot);
+        Some(slot)
+    }
+
+    pub fn release_on_demand_slot(&self, slot: usize) {
+        self.on_demand.lock().retain(|s| *s != slot);
     }
 
     /// A handshaken connection takes its slot.

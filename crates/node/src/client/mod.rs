@@ -7,7 +7,6 @@
 //! - `websocket`, `sse`, `longpoll`: one module per transport.
 //! - here: [`ClientConnection`], the per-client state, and request dispatch.
 
-mod forward;
 mod longpoll;
 mod negotiate;
 mod registry;
@@ -379,7 +378,7 @@ pub(crate) fn create_client(
     }
     // In a cluster the key names this node, so any node can pass later requests here.
     let named = |random: String| match clients.executor.in_cluster() {
-        true => forward::key_naming(random, clients.executor.node_id()),
+        true => crate::forward::key_naming(random, clients.executor.node_id()),
         false => random,
     };
     let id = generate_connection_token();
@@ -422,10 +421,10 @@ fn elsewhere<'a>(
     request: &axum::http::request::Parts,
     id: &'a str,
 ) -> Option<&'a str> {
-    let node = forward::node_of_key(id)?;
+    let node = crate::forward::node_of_key(id)?;
     let pass_on = clients.executor.in_cluster()
         && node != clients.executor.node_id().as_str()
-        && !request.headers.contains_key(forward::FORWARDED_BY)
+        && !request.headers.contains_key(crate::forward::FORWARDED_BY)
         && clients.get(id).is_none();
     pass_on.then_some(node)
 }
@@ -447,7 +446,14 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
         let (executor, metrics) = (&clients.executor, clients.metrics());
         return clients
             .forwarder
-            .forward(executor, metrics, &hub, node, request)
+            .forward(
+                executor,
+                metrics,
+                &hub,
+                node,
+                request,
+                "No Connection with that ID",
+            )
             .await;
     }
     if parts.method == Method::GET && is_websocket_upgrade(&parts.headers) {

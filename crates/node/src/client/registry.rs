@@ -15,11 +15,11 @@ use parking_lot::{Mutex, RwLock};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{clock::unix_now, CloseReason, HubName};
 
-use super::forward::Forwarder;
 use super::{ClientConnection, Expiry};
 use crate::config::{ServiceMode, ValidConfig};
 use crate::default_mode::DefaultMode;
 use crate::executor::Executor;
+use crate::forward::Forwarder;
 use crate::http::TextError;
 use crate::metrics::{Metrics, ReasonLabel, TransportLabel};
 use crate::upstream::Upstream;
@@ -137,9 +137,12 @@ impl Clients {
         match self.config().mode {
             ServiceMode::Serverless => false,
             ServiceMode::Default => true,
-            // A token naming an app server (`asrs.s.sn`) was issued by an app server's SDK.
+            // A token naming an app server (`asrs.s.sn`) was issued by an app server's SDK. In a
+            // cluster, an app server on another node makes the hub a Default-mode hub here too.
             ServiceMode::Auto => {
-                self.default_mode.servers.seen(hub) || token.claim("asrs.s.sn").is_some()
+                self.default_mode.servers.seen(hub)
+                    || token.claim("asrs.s.sn").is_some()
+                    || self.executor.members().serve_hub(hub)
             }
         }
     }

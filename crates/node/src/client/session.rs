@@ -294,7 +294,8 @@ impl ClientConnection {
             return Err(CloseReason::ClientClosed);
         }
         let me: Arc<dyn LinkedClient> = self.clone();
-        if !link.open(me, server, protocol_name, raw_request) {
+        let instance = clients.default_mode.instance_id();
+        if !link.open(me, server, protocol_name, raw_request, instance) {
             return Err(CloseReason::AppServerGone);
         }
         Ok(())

@@ -71,6 +71,11 @@ pub struct Cluster {
     /// counts as "not there". Default 2s.
     #[serde(with = "humantime_serde")]
     pub ask_timeout: Duration,
+    /// How long a node may stay silent (nodes say they are alive every second) before the
+    /// others count it gone: they tell app servers it is `offline` and stop asking app servers
+    /// to connect to it. Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub node_timeout: Duration,
     /// Where the other nodes reach this node over HTTP (`http://host:port`), to pass on
     /// transport requests that a load balancer sent to the wrong node. Default: the bound
     /// address, or, when bound to all interfaces, the address this host uses to reach Redis.
@@ -84,6 +89,7 @@ impl Default for Cluster {
             node_id: None,
             prefix: "sy".into(),
             ask_timeout: Duration::from_secs(2),
+            node_timeout: Duration::from_secs(5),
             internal_url: None,
         }
     }
@@ -117,6 +123,14 @@ impl Cluster {
             return Err(format!(
                 "cluster.ask_timeout must be between 10ms and 60s (got {})",
                 humantime::format_duration(self.ask_timeout)
+            ));
+        }
+        if self.node_timeout < Duration::from_secs(2)
+            || self.node_timeout > Duration::from_secs(300)
+        {
+            return Err(format!(
+                "cluster.node_timeout must be between 2s and 300s (got {})",
+                humantime::format_duration(self.node_timeout)
             ));
         }
         if let Some(url) = &self.internal_url {

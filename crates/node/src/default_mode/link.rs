@@ -20,6 +20,8 @@ use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
 /// The SDK reads these headers of OpenConnection / CloseConnection.
 const MIGRATE_FROM: &str = "Asrs-Migrate-From";
 const MIGRATE_TO: &str = "Asrs-Migrate-To";
+/// The service instance holding the client: an `offline` ping naming it drops the client.
+const INSTANCE_ID: &str = "Asrs-Instance-Id";
 
 /// Request headers never forwarded to the app server: credentials and connection plumbing.
 const HIDDEN_HEADERS: &[&str] = &[
@@ -212,14 +214,19 @@ impl DefaultLink {
         }
     }
 
-    /// Announces the client to `server` and hands it the client's handshake request.
+    /// Announces the client to `server` and hands it the client's handshake request;
+    /// `instance` is this node's (a client's own `Asrs-Instance-Id` header is replaced).
     pub(crate) fn open(
         &mut self,
         client: Arc<dyn LinkedClient>,
         server: Arc<ServerConnection>,
         protocol: &str,
         handshake_request: Bytes,
+        instance: &str,
     ) -> bool {
+        let headers = &mut self.open.headers;
+        headers.retain(|(name, _)| !name.eq_ignore_ascii_case(INSTANCE_ID));
+        headers.push((INSTANCE_ID.to_string(), vec![instance.to_string()]));
         let id = client.connection().id().as_str().to_string();
         self.open.connection_id = id.clone();
         self.open.ext.protocol = Some(protocol.to_string());
@@ -569,6 +576,7 @@ mod tests {
             from.clone(),
             "json",
             request,
+            "n1~test",
         );
         assert!(opened);
         default_mode.relay(&*client, Bytes::from_static(handshake::RESPONSE_OK));

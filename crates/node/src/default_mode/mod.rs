@@ -8,8 +8,10 @@
 //! - `link`: the client side: what a client keeps to reach its app server ([`DefaultLink`]),
 //!   and the relay of the app server's bytes back to it.
 //! - `invocations`: client results (`ClientInvocation` and its completions) between servers.
+//! - `cluster`: across nodes: `target` and `offline` pings, invocations passed between nodes.
 //! - here: [`DefaultMode`], the feature's state on one node.
 
+mod cluster;
 mod invocations;
 mod link;
 mod servers;
@@ -47,8 +49,10 @@ pub(crate) trait LinkedClient: Send + Sync {
 pub(crate) struct DefaultMode {
     pub(crate) servers: Servers,
     invocations: Invocations,
-    /// This node's id, named in ServiceMapping as the instance hosting a client.
+    /// This run of the node, named to app servers as the instance hosting a client
+    /// (ServiceMapping, `Asrs-Instance-Id`, `target` and `offline` pings).
     instance_id: String,
+    targeted: Mutex<cluster::Targeted>,
     max_server_message_size: usize,
     max_pending_bytes_per_server_connection: usize,
 }
@@ -59,6 +63,7 @@ impl DefaultMode {
             servers: Servers::default(),
             invocations: Invocations::default(),
             instance_id,
+            targeted: Mutex::default(),
             max_server_message_size: config.limits.max_server_message_size,
             max_pending_bytes_per_server_connection: config
                 .limits

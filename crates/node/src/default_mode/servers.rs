@@ -157,7 +157,7 @@ impl ServerConnection {
         !self.closed.load(Ordering::Acquire) && self.outbound.push(frame)
     }
 
-    fn carries_clients(&self) -> bool {
+    pub(super) fn carries_clients(&self) -> bool {
         self.kind != ConnectionKind::Weak
             && !self.draining.load(Ordering::Acquire)
             && !self.closed.load(Ordering::Acquire)
@@ -276,6 +276,11 @@ impl Servers {
 
     pub(crate) fn connections(&self, hub: &HubName) -> Vec<Arc<ServerConnection>> {
         self.hubs.read().get(hub).cloned().unwrap_or_default()
+    }
+
+    /// Every connection, all hubs.
+    pub(crate) fn all(&self) -> Vec<Arc<ServerConnection>> {
+        self.hubs.read().values().flatten().cloned().collect()
     }
 
     pub(crate) fn count(&self) -> usize {

@@ -67,11 +67,29 @@ async fn dispatch(State(executor): State<Arc<Executor>>, request: Request) -> Re
     response
 }
 
+/// 200 while the node serves. A node of a cluster whose backplane does not answer still
+/// serves its own clients, so it stays 200, says `degraded` in a header and the body, and
+/// lets a balancer's check tell it apart (docs/cluster.md, "Failures").
+fn health(executor: &Executor) -> Response {
+    if executor.members().backplane_healthy() {
+        return StatusCode::OK.into_response();
+    }
+    (
+        StatusCode::OK,
+        [(
+            axum::http::HeaderName::from_static("x-switchyard-health"),
+            "degraded",
+        )],
+        "degraded: the backplane (Redis) does not answer; serving this node's own clients only\n",
+    )
+        .into_response()
+}
+
 async fn handle(executor: &Executor, request: Request) -> Result<Response, RestError> {
     let (parts, body) = request.into_parts();
     let segments = routes::segments(parts.uri.path())?;
     match routes::resolve(&segments, &parts.method)? {
-        Operation::Health => Ok(StatusCode::OK.into_response()),
+        Operation::Health => Ok(health(executor)),
         Operation::OpenApi => Ok((
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],

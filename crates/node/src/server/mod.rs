@@ -19,12 +19,16 @@ use axum::routing::any;
 
 use crate::default_mode::DefaultMode;
 use crate::executor::Executor;
+use crate::forward::{Forwarder, FORWARDED_BY};
 use crate::http::{authorize_hub, is_websocket_upgrade, text_error, Query};
+use crate::members::node_of_instance;
 
 /// What the app-server endpoint works with.
 pub(crate) struct AppServers {
     pub(crate) executor: Arc<Executor>,
     pub(crate) default_mode: Arc<DefaultMode>,
+    /// Passes connections whose `target` is another node on to it.
+    pub(crate) forwarder: Forwarder,
 }
 
 pub(crate) fn routes() -> axum::Router<Arc<AppServers>> {
@@ -41,7 +45,7 @@ const SERVER_READ_BUFFER: usize = 16 * 1024;
 
 /// `GET /server/?hub=&cid=` with a WebSocket upgrade and a server token.
 async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Response {
-    let (mut parts, _body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let query = Query::parse(&parts.uri);
     // The SDK recognises only a 401 on the upgrade as an auth failure.
     let (hub, token) = match authorize_hub(app.executor.auth(), &parts, &query, "/server/") {
@@ -74,6 +78,40 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
         (Some(id), _) | (None, Some(id)) => Arc::from(id),
         (None, None) => Arc::from(switchyard_auth::generate_connection_token()),
     };
+    // `target`: the SDK opens this OnDemand connection because a node asked it to connect to
+    // that instance. Behind a load balancer it may land anywhere: pass it on to its node.
+    let mut refusal = None;
+    let in_cluster = app.executor.in_cluster();
+    if let Some(target) = query.get("target").filter(|t| in_cluster && !t.is_empty()) {
+        let members = app.executor.members();
+        if target != members.instance() {
+            let node = node_of_instance(target).filter(|node| {
+                *node != members.node()
+                    && !parts.headers.contains_key(FORWARDED_BY)
+                    && members.instance_of(node).as_deref() == Some(target)
+            });
+            if let Some(node) = node {
+                let node = node.to_string();
+                let request = Request::from_parts(parts, body);
+                let metrics = app.executor.metrics();
+                return app
+                    .forwarder
+                    .forward(
+                        &app.executor,
+                        metrics,
+                        &hub,
+                        &node,
+                        request,
+                        "The target service instance cannot be reached.",
+                    )
+                    .await;
+            }
+            refusal = Some(format!(
+                "Service instance '{target}' is not in this cluster (this is '{}').",
+                members.instance()
+            ));
+        }
+    }
     let cid = query
         .get("cid")
         .filter(|c| !c.is_empty() && c.len() <= 128)
@@ -89,5 +127,5 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
         .read_buffer_size(SERVER_READ_BUFFER)
         .max_message_size(max.saturating_mul(2))
         .max_frame_size(max.saturating_mul(2))
-        .on_upgrade(move |socket| session::run(app, socket, hub, server_id, cid))
+        .on_upgrade(move |socket| session::run(app, socket, hub, server_id, cid, refusal))
 }

@@ -40,24 +40,29 @@ pub(super) async fn run(
     hub: HubName,
     server_id: Arc<str>,
     cid: String,
+    refusal: Option<String>,
 ) {
     let span = tracing::info_span!("app_server", hub = %hub, server = %server_id, cid = %cid);
-    serve_connection(app, socket, hub, server_id, cid)
+    serve_connection(app, socket, hub, server_id, cid, refusal)
         .instrument(span)
         .await
 }
 
+/// `refusal`: why the connection's URL already rules it out (it names another instance);
+/// told in the handshake response, where the SDK expects it.
 async fn serve_connection(
     app: Arc<AppServers>,
     mut socket: WebSocket,
     hub: HubName,
     server_id: Arc<str>,
     cid: String,
+    refusal: Option<String>,
 ) {
     let config = app.executor.config();
     let reader = FrameReader::new(config.limits.max_server_message_size);
     let mut buffer = BytesMut::new();
     let accepted = match read_handshake(&app, &mut socket, &reader, &mut buffer).await {
+        Ok(_) if refusal.is_some() => Err(Refusal::Refused(refusal.unwrap_or_default())),
         Ok(request) => accept(&app, &request),
         Err(refusal) => Err(refusal),
     };
@@ -140,6 +145,14 @@ fn accept(app: &AppServers, request: &HandshakeRequest) -> Result<(ConnectionKin
             request.connection_type
         ))
     })?;
+    // One node is the only instance there is: any target means it.
+    let instance = app.executor.members().instance();
+    if app.executor.in_cluster() && !request.target.is_empty() && request.target != instance {
+        return Err(Refusal::Refused(format!(
+            "Service instance '{}' is not in this cluster (this is '{instance}').",
+            request.target
+        )));
+    }
     Ok((kind, request.migration_level >= 1))
 }
 

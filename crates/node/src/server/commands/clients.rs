@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use switchyard_core::{CloseReason, ConnectionId, Target};
-use switchyard_service_protocol::{CloseConnection, ConnectionData};
+use switchyard_core::{CloseReason, ConnectionId, Payloads, Protocol, Question, Target};
+use switchyard_service_protocol::{
+    ClientInvocation, CloseConnection, ConnectionData, ErrorCompletion, Extensions, ServiceMessage,
+};
 
 use super::AppServers;
 use crate::command::Command;
@@ -66,4 +68,44 @@ pub(super) async fn close(app: &AppServers, connection: &ServerConnection, close
             let _ = app.executor.execute(&connection.hub, command).await;
         }
     }
+}
+
+/// ClientInvocation: a result asked of a client. A client held by another node is asked
+/// there (the node answers on the caller's connection to it); a client nobody holds fails
+/// the invocation at once.
+pub(super) fn invoke(app: &AppServers, connection: &Arc<ServerConnection>, call: ClientInvocation) {
+    let local = ConnectionId::new(&call.connection_id)
+        .ok()
+        .filter(|id| app.default_mode.holds_client(&connection.hub, id));
+    let remote = match (local, app.executor.in_cluster()) {
+        (None, true) => ConnectionId::new(&call.connection_id).ok(),
+        _ => None,
+    };
+    let Some(id) = remote else {
+        app.default_mode.invoke(connection, call);
+        return;
+    };
+    let (executor, connection) = (app.executor.clone(), connection.clone());
+    tokio::spawn(async move {
+        let question = Question::Invoke {
+            connection: id,
+            invocation_id: call.invocation_id.clone(),
+            caller_server_id: call.caller_server_id.clone(),
+            payloads: call
+                .payloads
+                .iter()
+                .fold(Payloads::new(), |payloads, (name, bytes)| {
+                    payloads.with(Protocol::from_name(name), bytes.clone())
+                }),
+        };
+        if !executor.invoke_elsewhere(&connection.hub, question).await {
+            connection.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
+                error: format!("Connection '{}' does not exist.", call.connection_id),
+                invocation_id: call.invocation_id,
+                connection_id: call.connection_id,
+                caller_server_id: call.caller_server_id,
+                ext: Extensions::default(),
+            }));
+        }
+    });
 }

@@ -1,4 +1,5 @@
-//! Transport requests for connections another node holds. Behind a load balancer without
+//! Requests for another node: client transport requests for connections it holds, and app
+//! servers' connections that name it as their `target`. Behind a load balancer without
 //! sticky sessions the negotiate and each later request of one connection may land on
 //! different nodes, so in a cluster a connection's key (`id=`) names the node that holds it,
 //! and a node that gets a request for a key it does not hold passes the request on to that
@@ -122,7 +123,7 @@ impl Forwarder {
 
     /// Passes `request` (already authorized here; the owner checks it again) to `node` and
     /// returns its answer. A node that cannot be reached holds no connections anyone can use,
-    /// so the client hears what it would hear for an unknown connection.
+    /// so the caller hears `missing` with a 404, as for an unknown connection.
     pub(crate) async fn forward(
         &self,
         executor: &Executor,
@@ -130,6 +131,7 @@ impl Forwarder {
         hub: &HubName,
         node: &str,
         mut request: Request,
+        missing: &'static str,
     ) -> Response {
         let unreachable = |metrics: &Metrics| {
             metrics
@@ -138,7 +140,7 @@ impl Forwarder {
                     reason: "unreachable",
                 })
                 .inc();
-            text_error(StatusCode::NOT_FOUND, "No Connection with that ID")
+            text_error(StatusCode::NOT_FOUND, missing)
         };
         let Some(base) = self.address(executor, hub, node).await else {
             return unreachable(metrics);

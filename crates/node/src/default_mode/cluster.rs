@@ -1,0 +1,160 @@
+//! Default mode across nodes, the way the Azure SDK expects of a service with several
+//! instances (fact sheet §1.6, §1.9):
+//! - every node should hold connections from every app server of a hub, so its clients are
+//!   served where they are: a node that has an app server asks it, by a `["target",
+//!   instance]` ping, to open an OnDemand connection to each node lacking one;
+//! - when a node is gone, app servers hear `["offline", instance]` and drop its clients and
+//!   the client invocations mapped to it;
+//! - a client invocation for a connection on another node is passed to that node, which runs
+//!   it as if the caller had sent it there, on the caller's connection to that node.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_core::{ConnectionId, HubName, Question};
+use switchyard_service_protocol::{ClientInvocation, Extensions, Ping, ServiceMessage};
+
+use super::DefaultMode;
+use crate::executor::RemoteInvocations;
+use crate::members::Member;
+
+/// How long a node waits before asking an app server again to connect to the same node (an
+/// app server may decline: its OnDemand connections are capped).
+pub(super) const RETARGET: Duration = Duration::from_secs(10);
+
+/// When each (hub, app server, instance) was last asked for, so it is asked at most once per
+/// [`RETARGET`].
+pub(super) type Targeted = HashMap<(HubName, Arc<str>, String), Instant>;
+
+impl DefaultMode {
+    /// This node's instance id (`Asrs-Instance-Id`, `target`, ServiceMapping).
+    pub(crate) fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The app servers with connections that carry clients here, per hub, ordered: what this
+    /// node's presence tells the others.
+    pub(crate) fn server_list(&self) -> Vec<(HubName, Vec<String>)> {
+        let mut list: Vec<(HubName, Vec<String>)> = self
+            .servers
+            .all()
+            .into_iter()
+            .filter(|c| c.carries_clients())
+            .fold(
+                HashMap::<HubName, Vec<String>>::new(),
+                |mut by_hub, connection| {
+                    by_hub
+                        .entry(connection.hub.clone())
+                        .or_default()
+                        .push(connection.server_id.to_string());
+                    by_hub
+                },
+            )
+            .into_iter()
+            .map(|(hub, mut ids)| {
+                ids.sort();
+                ids.dedup();
+                (hub, ids)
+            })
+            .collect();
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        list
+    }
+
+    /// Asks app servers to connect to the live nodes that lack them. Of the nodes holding an
+    /// app server, only the first by node id asks, so a node gets one OnDemand connection per
+    /// request rather than one from every node. Returns how many pings went out.
+    pub(crate) fn ask_for_connections(&self, me: &str, others: &[Member], now: Instant) -> usize {
+        let mut targeted = self.targeted.lock();
+        targeted.retain(|_, at| now.saturating_duration_since(*at) < RETARGET);
+        let mut sent = 0;
+        for (hub, servers) in self.server_list() {
+            for server in servers {
+                let first_holder = others
+                    .iter()
+                    .filter(|m| m.has_server(&hub, &server))
+                    .all(|m| m.node.as_str() > me);
+                if !first_holder {
+                    continue;
+                }
+                let server: Arc<str> = Arc::from(server);
+                for member in others.iter().filter(|m| !m.has_server(&hub, &server)) {
+                    let key = (hub.clone(), server.clone(), member.instance.clone());
+                    if targeted.contains_key(&key) {
+                        continue;
+                    }
+                    let connection = self
+                        .servers
+                        .connections(&hub)
+                        .into_iter()
+                        .find(|c| c.server_id == server && c.carries_clients());
+                    if let Some(connection) = connection {
+                        let ping = Ping::new(&[("target", member.instance.as_str())]);
+                        if connection.send(&ServiceMessage::Ping(ping)) {
+                            sent += 1;
+                        }
+                    }
+                    targeted.insert(key, now);
+                }
+            }
+        }
+        sent
+    }
+
+    /// Tells every app server connected here that `instance` is gone: the SDK drops the
+    /// clients it announced and fails the client invocations mapped to it. Returns how many
+    /// connections were told.
+    pub(crate) fn announce_offline(&self, instance: &str) -> usize {
+        let ping = ServiceMessage::Ping(Ping::new(&[("offline", instance)]));
+        self.servers
+            .all()
+            .into_iter()
+            .filter(|connection| connection.send(&ping))
+            .count()
+    }
+}
+
+impl RemoteInvocations for DefaultMode {
+    fn take(&self, hub: &HubName, question: &Question) -> bool {
+        let Question::Invoke {
+            connection,
+            invocation_id,
+            caller_server_id,
+            payloads,
+        } = question
+        else {
+            return false;
+        };
+        if !self.holds_client(hub, connection) {
+            return false;
+        }
+        // Answers (ServiceMapping, the routed completion, errors) go to the caller on its own
+        // connection to this node: the SDK keeps one table of its invocations per process.
+        let Some(caller) = self.servers.of_server(hub, caller_server_id, None) else {
+            return false;
+        };
+        let call = ClientInvocation {
+            invocation_id: invocation_id.clone(),
+            connection_id: connection.as_str().to_string(),
+            caller_server_id: caller_server_id.clone(),
+            payloads: payloads
+                .iter()
+                .map(|(protocol, bytes)| (protocol.name().to_string(), bytes.clone()))
+                .collect(),
+            ext: Extensions::default(),
+        };
+        self.invoke(&caller, call);
+        true
+    }
+}
+
+impl DefaultMode {
+    /// Whether a client of this node is pinned to one of its app-server connections, its
+    /// handshake done.
+    pub(crate) fn holds_client(&self, hub: &HubName, connection: &ConnectionId) -> bool {
+        self.servers
+            .find_client(hub, connection)
+            .is_some_and(|client| client.handshake_done())
+    }
+}
