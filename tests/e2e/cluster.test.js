@@ -14,7 +14,7 @@ const { VALID, connect, closeAll, uniqueHub } = require('./lib/client');
 
 // The single-node cases that hold for any serverless service (the others start processes of
 // their own).
-const CASES = ['connect', 'exclude', 'targets', 'close', 'args', 'invoke', 'skip-negotiation'];
+const CASES = ['connect', 'exclude', 'targets', 'close', 'args', 'invoke', 'skip-negotiation', 'default-mode'];
 
 function clusterSuite(title, options) {
   const env = { service: undefined, rest: undefined };

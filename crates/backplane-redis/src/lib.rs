@@ -39,7 +39,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use redis::{IntoConnectionInfo, ProtocolVersion};
 use switchyard_backplane::envelope::{self, Stamp};
-use switchyard_backplane::{Backplane, Barrier, NodeId, Receipt, Sink, Traffic};
+use switchyard_backplane::{Backplane, Barrier, NodeId, Probe, Receipt, Sink, Traffic};
 use switchyard_core::{Channel, Message};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -278,6 +278,12 @@ impl Backplane for RedisBackplane {
             decode_errors: get(&stats.decode_errors),
             subscribe_errors: get(&stats.subscribe_errors),
         }
+    }
+
+    fn probe(&self, node: &NodeId) -> Probe {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.command(node, Command::Probe(tx));
+        Box::pin(async move { rx.await.is_ok() })
     }
 
     fn barrier(&self, node: &NodeId) -> Barrier {

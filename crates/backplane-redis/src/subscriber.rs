@@ -28,6 +28,9 @@ pub(crate) enum Command {
     Subscribe(Vec<String>),
     Unsubscribe(Vec<String>),
     Barrier(oneshot::Sender<()>),
+    /// Answered once every connection answered a PING (dropped if one failed), by a task of
+    /// its own: a hung Redis must not hold the node's subscribes behind it.
+    Probe(oneshot::Sender<()>),
 }
 
 /// Subscribes or unsubscribes at most this many commands' names per batch.
@@ -105,6 +108,30 @@ pub(crate) async fn run(
                 }
                 continue;
             }
+            Some(Command::Probe(_)) => {
+                if let Command::Probe(done) = pending.remove(0) {
+                    let connections = link.connections();
+                    tokio::spawn(async move {
+                        let mut pings = JoinSet::new();
+                        for mut connection in connections {
+                            pings.spawn(async move {
+                                redis::cmd("PING")
+                                    .query_async::<Value>(&mut connection)
+                                    .await
+                                    .is_ok()
+                            });
+                        }
+                        let mut all = true;
+                        while let Some(answered) = pings.join_next().await {
+                            all &= answered.unwrap_or(false);
+                        }
+                        if all {
+                            let _ = done.send(());
+                        }
+                    });
+                }
+                continue;
+            }
             Some(Command::Subscribe(_)) => true,
             _ => false,
         };
@@ -113,7 +140,7 @@ pub(crate) async fn run(
             .take_while(|c| match c {
                 Command::Subscribe(_) => subscribe,
                 Command::Unsubscribe(_) => !subscribe,
-                Command::Barrier(_) => false,
+                Command::Barrier(_) | Command::Probe(_) => false,
             })
             .count();
         let mut names = Vec::new();
@@ -235,6 +262,15 @@ impl Link {
     async fn recover(&mut self) {
         if let Link::Sharded(shards) = self {
             shards.cluster().refresh().await;
+        }
+    }
+
+    /// Every connection the node receives on (none yet, on a cluster before the first
+    /// subscribe: the probe then only says the task runs).
+    fn connections(&self) -> Vec<ConnectionManager> {
+        match self {
+            Link::Single(connection) => vec![connection.clone()],
+            Link::Sharded(shards) => shards.connections.values().cloned().collect(),
         }
     }
 

@@ -29,6 +29,9 @@ use switchyard_core::{Channel, Message};
 /// Resolves once every subscribe a node issued before asking is live.
 pub type Barrier = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// Resolves to whether the backplane answered a round trip (see [`Backplane::probe`]).
+pub type Probe = Pin<Box<dyn Future<Output = bool> + Send + 'static>>;
+
 /// Resolves to how many nodes an ask reached, or `None` when it could not be published.
 pub type Receipt = Pin<Box<dyn Future<Output = Option<usize>> + Send + 'static>>;
 
@@ -56,6 +59,12 @@ pub trait Backplane: Send + Sync {
     /// published by any node after that reaches it. Subscribing itself never waits.
     fn barrier(&self, _node: &NodeId) -> Barrier {
         Box::pin(std::future::ready(()))
+    }
+    /// Resolves to true once every connection the node receives on has answered a round
+    /// trip now, false when one failed; it may never resolve while the network hangs, so
+    /// callers bound it. Whether the node can hear the cluster at the moment.
+    fn probe(&self, _node: &NodeId) -> Probe {
+        Box::pin(std::future::ready(true))
     }
     /// Publishes a [`Message::Ask`] on one channel to every node subscribed to it, the asking
     /// node too when it is subscribed (no local shortcut: the count and the deliveries must

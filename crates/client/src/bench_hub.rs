@@ -230,6 +230,12 @@ async fn invoke(ctx: &HubContext, caller: &Caller, target: &str, arguments: Vec<
                 caller.user_id.clone().map_or(Value::Null, Value::from),
             ))
         }
+        "getinstanceid" => {
+            args.expect(0)?;
+            Ok(Some(
+                caller.instance_id.clone().map_or(Value::Null, Value::from),
+            ))
+        }
         "getserverid" => {
             args.expect(0)?;
             Ok(Some(Value::from(ctx.server_id())))

@@ -305,6 +305,11 @@ impl Executor {
         self.backplane.barrier(&self.node_id).await;
     }
 
+    /// Whether this node's backplane answers a round trip now (may hang: bound it).
+    pub(crate) async fn probe_backplane(&self) -> bool {
+        self.backplane.probe(&self.node_id).await
+    }
+
     pub fn router(&self) -> &Arc<Router> {
         &self.router
     }
@@ -517,8 +522,6 @@ impl Executor {
     /// whole table), page by page; returns how many it took on. Called once, before the node
     /// serves: changes made from then on reach it as they happen, and win over the copy.
     pub async fn copy_user_groups(&self) -> usize {
-        const PAGE: u32 = 1000;
-        const TRIES: usize = 3;
         if !self.in_cluster() {
             return 0;
         }
@@ -526,6 +529,30 @@ impl Executor {
         if !self.settle_within_timeout().await {
             tracing::warn!("the backplane did not confirm this node's subscriptions in time");
         }
+        let copied = self.copy_user_group_pages().await;
+        self.router.end_copy();
+        copied
+    }
+
+    /// This node's backplane stopped answering: joins and leaves of user groups made from
+    /// now on may not reach the other nodes (nor theirs this one). Each is noted, so that the
+    /// copy made once it answers again ([`Executor::resync_user_groups`]) does not undo them.
+    pub(crate) fn backplane_lost(&self) {
+        self.router.begin_copy();
+    }
+
+    /// The backplane answers again: takes on the memberships other nodes made meanwhile (a
+    /// union; what this node changed meanwhile wins). Leaves made on another node during the
+    /// outage are not learnt: see docs/cluster.md, "What a Redis outage does".
+    pub(crate) async fn resync_user_groups(&self) -> usize {
+        let copied = self.copy_user_group_pages().await;
+        self.router.end_copy();
+        copied
+    }
+
+    async fn copy_user_group_pages(&self) -> usize {
+        const PAGE: u32 = 1000;
+        const TRIES: usize = 3;
         let hub = HubName::new("switchyard", None).expect("a valid hub name");
         let mut after: Option<UserGroupKey> = None;
         let mut copied = 0;
@@ -579,7 +606,6 @@ impl Executor {
                 _ => break,
             }
         }
-        self.router.end_copy();
         copied
     }
 

@@ -197,16 +197,26 @@ impl Node {
         if !self.probing.swap(true, Ordering::AcqRel) {
             let node = self.clone();
             tokio::spawn(async move {
-                let answered = tokio::time::timeout(BACKPLANE_PROBE, node.executor.barrier())
-                    .await
-                    .is_ok();
+                let answered =
+                    tokio::time::timeout(BACKPLANE_PROBE, node.executor.probe_backplane())
+                        .await
+                        .unwrap_or(false);
                 let members = node.executor.members();
-                if members.backplane_healthy() && !answered {
-                    tracing::warn!("the backplane does not answer; serving local traffic only");
-                } else if !members.backplane_healthy() && answered {
-                    tracing::info!("the backplane answers again");
+                match members.backplane_answered(answered, Instant::now()) {
+                    Some(false) => {
+                        tracing::warn!("the backplane does not answer; serving local traffic only");
+                        node.executor.backplane_lost();
+                    }
+                    Some(true) => {
+                        tracing::info!("the backplane answers again");
+                        let copied = node.executor.resync_user_groups().await;
+                        tracing::info!(
+                            copied,
+                            "user-group memberships taken on from the other nodes after the outage"
+                        );
+                    }
+                    None => {}
                 }
-                members.backplane_answered(answered, Instant::now());
                 node.probing.store(false, Ordering::Release);
             });
         }

@@ -108,13 +108,20 @@ impl Members {
         }
     }
 
-    /// Whether this node's backplane answered lately; see the module notes.
-    pub(crate) fn backplane_answered(&self, answered: bool, now: Instant) {
+    /// Whether this node's backplane answered lately (see the module notes); returns the
+    /// change, if any: `Some(false)` it stopped answering, `Some(true)` it answers again.
+    pub(crate) fn backplane_answered(&self, answered: bool, now: Instant) -> Option<bool> {
         let mut state = self.state.lock();
         match (answered, state.healthy_since) {
-            (true, None) => state.healthy_since = Some(now),
-            (false, Some(_)) => state.healthy_since = None,
-            _ => {}
+            (true, None) => {
+                state.healthy_since = Some(now);
+                Some(true)
+            }
+            (false, Some(_)) => {
+                state.healthy_since = None;
+                Some(false)
+            }
+            _ => None,
         }
     }
 

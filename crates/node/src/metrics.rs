@@ -67,6 +67,9 @@ pub struct Metrics {
     /// The backplane's traffic between processes, by kind (`published`, `publish_errors`,
     /// `received`, `decode_errors`, `subscribe_errors`); copied from the backplane each second.
     pub backplane_messages: Family<KindLabel, Counter>,
+    /// App-server connections that reached this node through another node (their `target`
+    /// named this node; the balancer sent them elsewhere). Counted in `server_connections` too.
+    pub server_connections_passed_on: Gauge,
     /// Live nodes of the cluster as this node sees them, itself included.
     pub cluster_nodes: Gauge,
     /// 1 while this node's backplane answers, 0 while it does not (Redis unreachable).
@@ -176,6 +179,12 @@ impl Default for Metrics {
             "Messages between processes through the backplane, by kind (published, publish_errors, received, decode_errors, subscribe_errors)",
             backplane_messages.clone(),
         );
+        let server_connections_passed_on = Gauge::default();
+        registry.register(
+            "server_connections_passed_on",
+            "App-server connections that reached this node through another node (also in server_connections)",
+            server_connections_passed_on.clone(),
+        );
         let cluster_nodes = Gauge::default();
         registry.register(
             "cluster_nodes",
@@ -203,6 +212,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             backplane_messages,
+            server_connections_passed_on,
             cluster_nodes,
             cluster_backplane_up,
             cluster_nodes_lost,

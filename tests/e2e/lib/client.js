@@ -154,6 +154,7 @@ async function connectApp(app, {
   methods = ['Measure'],
   handlers = {},
   start = true,
+  reconnect,
 } = {}) {
   const url = app.hubUrl(hub, user);
   return build({
@@ -164,14 +165,17 @@ async function connectApp(app, {
     methods,
     handlers,
     start,
+    reconnect,
     extra: { url, app, user, name: `${transport}/${protocol}` },
   });
 }
 
-async function build({ url, options, transport, protocol, methods, handlers = {}, start, extra }) {
+/** `reconnect`: retry delays (ms) for `withAutomaticReconnect`; none: no reconnecting. */
+async function build({ url, options, transport, protocol, methods, handlers = {}, start, reconnect, extra }) {
   let builder = new signalR.HubConnectionBuilder()
     .withUrl(url, options)
     .configureLogging(clientLogLevel());
+  if (reconnect) builder = builder.withAutomaticReconnect(reconnect);
   if (protocol === 'messagepack') builder = builder.withHubProtocol(new MessagePackHubProtocol());
   const connection = builder.build();
   const inbox = new Inbox(connection, methods);

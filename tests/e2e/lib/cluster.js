@@ -93,9 +93,9 @@ function need(command, apt) {
   }
 }
 
-async function startRedis(dir, parts) {
+async function startRedis(dir, parts, port) {
   need('redis-server', 'redis-server');
-  const port = await freePort();
+  if (port === undefined) port = await freePort();
   const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -240,7 +240,16 @@ async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = f
     const nginx = await startNginx(dir, lbPort, nodes.map((n) => `127.0.0.1:${n.port}`), parts);
     const lb = Object.create(Object.getPrototypeOf(nodes[0]));
     Object.assign(lb, nodes[0], { baseUrl: lbUrl, port: lbPort });
-    return { lb, nodes, redis, nginx, stop };
+    const cluster = { lb, nodes, redis, nginx, stop };
+    /** Kills redis-server (SIGKILL) and starts a fresh one on the same port (one redis-server only). */
+    cluster.restartRedis = async () => {
+      const port = Number(new URL(cluster.redis.url).port);
+      cluster.redis.child.kill('SIGKILL');
+      await cluster.redis.exitPromise;
+      cluster.redis = await startRedis(dir, parts, port);
+      return cluster.redis;
+    };
+    return cluster;
   } catch (e) {
     await stop();
     throw e;

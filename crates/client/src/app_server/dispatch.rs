@@ -232,6 +232,7 @@ async fn worker(
                     let caller = Caller {
                         connection_id: client.id.clone(),
                         user_id: client.user.clone(),
+                        instance_id: client.instance_id.clone(),
                     };
                     let outcome = methods.invoke(context, caller, target, arguments).await;
                     if let Some(id) = invocation_id {

@@ -12,6 +12,8 @@ use super::context::HubContext;
 pub struct Caller {
     pub connection_id: String,
     pub user_id: Option<String>,
+    /// The service instance holding the client (`Asrs-Instance-Id`), when the service says.
+    pub instance_id: Option<String>,
 }
 
 /// `Ok(None)` for a void method (a Completion without result), `Ok(Some(v))` for a result,

@@ -19,9 +19,10 @@ use super::DefaultMode;
 use crate::executor::RemoteInvocations;
 use crate::members::Member;
 
-/// How long a node waits before asking an app server again to connect to the same node (an
-/// app server may decline: its OnDemand connections are capped).
-pub(super) const RETARGET: Duration = Duration::from_secs(10);
+/// How long a node waits before asking an app server again to connect to the same node: the
+/// app server may decline (its OnDemand connections are capped), or its connection may have
+/// reached the node only through another (a balancer in front), when a direct one is wanted.
+pub(super) const RETARGET: Duration = Duration::from_secs(3);
 
 /// When each (hub, app server, instance) was last asked for, so it is asked at most once per
 /// [`RETARGET`].
@@ -33,14 +34,15 @@ impl DefaultMode {
         &self.instance_id
     }
 
-    /// The app servers with connections that carry clients here, per hub, ordered: what this
-    /// node's presence tells the others.
+    /// The app servers with direct connections that carry clients here, per hub, ordered:
+    /// what this node's presence tells the others. A connection passed on by another node
+    /// does not count: the others keep asking for a direct one.
     pub(crate) fn server_list(&self) -> Vec<(HubName, Vec<String>)> {
         let mut list: Vec<(HubName, Vec<String>)> = self
             .servers
             .all()
             .into_iter()
-            .filter(|c| c.carries_clients())
+            .filter(|c| c.carries_clients() && c.through.is_none())
             .fold(
                 HashMap::<HubName, Vec<String>>::new(),
                 |mut by_hub, connection| {
@@ -84,11 +86,9 @@ impl DefaultMode {
                     if targeted.contains_key(&key) {
                         continue;
                     }
-                    let connection = self
-                        .servers
-                        .connections(&hub)
-                        .into_iter()
-                        .find(|c| c.server_id == server && c.carries_clients());
+                    let connection = self.servers.connections(&hub).into_iter().find(|c| {
+                        c.server_id == server && c.carries_clients() && c.through.is_none()
+                    });
                     if let Some(connection) = connection {
                         let ping = Ping::new(&[("target", member.instance.as_str())]);
                         if connection.send(&ServiceMessage::Ping(ping)) {
@@ -146,6 +146,24 @@ impl RemoteInvocations for DefaultMode {
         };
         self.invoke(&caller, call);
         true
+    }
+}
+
+impl DefaultMode {
+    /// Why an OnDemand connection that another node passed on is not wanted: this node
+    /// already has a connection from that app server for the hub, and one more through a
+    /// node would not make it any less dependent on other nodes (the app server is asked
+    /// again until one arrives directly).
+    pub(crate) fn refuse_passed_on(&self, hub: &HubName, server_id: &str) -> Option<String> {
+        self.servers
+            .connections(hub)
+            .iter()
+            .any(|c| &*c.server_id == server_id && c.carries_clients())
+            .then(|| {
+                "This app server already has a connection to this service instance; only a \
+                 direct one is wanted."
+                    .to_string()
+            })
     }
 }
 

@@ -48,6 +48,10 @@ pub(crate) struct ServerConnection {
     /// connection instead of being closed.
     pub(crate) migrate: bool,
     pub(crate) outbound: Outbound,
+    /// The node that passed this connection on (its `target` named this node, and the load
+    /// balancer sent it elsewhere): it lasts only as long as that node does, so clients go to
+    /// direct connections first.
+    pub(crate) through: Option<Box<str>>,
     /// Clients pinned to this connection, by connection id.
     clients: Mutex<HashMap<ConnectionId, Arc<dyn LinkedClient>>>,
     /// The app server announced a graceful shutdown: no new clients.
@@ -79,6 +83,7 @@ impl ServerConnection {
         kind: ConnectionKind,
         migrate: bool,
         max_pending_bytes: usize,
+        through: Option<Box<str>>,
     ) -> ServerConnection {
         ServerConnection {
             id,
@@ -87,6 +92,7 @@ impl ServerConnection {
             kind,
             migrate,
             outbound: Outbound::new(max_pending_bytes),
+            through,
             clients: Default::default(),
             draining: Default::default(),
             closed: Default::default(),
@@ -206,6 +212,7 @@ impl ServerConnection {
             ConnectionKind::Default,
             false,
             max_pending_bytes,
+            None,
         ));
         servers.add(connection.clone());
         connection
@@ -331,6 +338,16 @@ impl Servers {
             } else if required {
                 return Err(PickError::StickyServerMissing(server.to_string()));
             }
+        }
+        // Connections passed on by another node break when it goes: use them only when there
+        // is no direct one.
+        let direct: Vec<&Arc<ServerConnection>> = candidates
+            .iter()
+            .copied()
+            .filter(|c| c.through.is_none())
+            .collect();
+        if !direct.is_empty() {
+            candidates = direct;
         }
         self.least_loaded(&candidates).ok_or(PickError::NoServer)
     }

@@ -112,6 +112,13 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
             ));
         }
     }
+    // Passed on by another node (only in a cluster: elsewhere the header means nothing).
+    let through = parts
+        .headers
+        .get(FORWARDED_BY)
+        .filter(|_| in_cluster)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.chars().take(64).collect::<String>().into_boxed_str());
     let cid = query
         .get("cid")
         .filter(|c| !c.is_empty() && c.len() <= 128)
@@ -127,5 +134,5 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
         .read_buffer_size(SERVER_READ_BUFFER)
         .max_message_size(max.saturating_mul(2))
         .max_frame_size(max.saturating_mul(2))
-        .on_upgrade(move |socket| session::run(app, socket, hub, server_id, cid, refusal))
+        .on_upgrade(move |socket| session::run(app, socket, hub, server_id, cid, refusal, through))
 }

@@ -41,9 +41,10 @@ pub(super) async fn run(
     server_id: Arc<str>,
     cid: String,
     refusal: Option<String>,
+    through: Option<Box<str>>,
 ) {
     let span = tracing::info_span!("app_server", hub = %hub, server = %server_id, cid = %cid);
-    serve_connection(app, socket, hub, server_id, cid, refusal)
+    serve_connection(app, socket, hub, server_id, cid, refusal, through)
         .instrument(span)
         .await
 }
@@ -57,13 +58,20 @@ async fn serve_connection(
     server_id: Arc<str>,
     cid: String,
     refusal: Option<String>,
+    through: Option<Box<str>>,
 ) {
     let config = app.executor.config();
     let reader = FrameReader::new(config.limits.max_server_message_size);
     let mut buffer = BytesMut::new();
     let accepted = match read_handshake(&app, &mut socket, &reader, &mut buffer).await {
         Ok(_) if refusal.is_some() => Err(Refusal::Refused(refusal.unwrap_or_default())),
-        Ok(request) => accept(&app, &request),
+        Ok(request) => accept(&app, &request).and_then(|accepted| {
+            let passed_on = through.is_some() && accepted.0 == ConnectionKind::OnDemand;
+            match passed_on.then(|| app.default_mode.refuse_passed_on(&hub, &server_id)) {
+                Some(Some(why)) => Err(Refusal::Refused(why)),
+                _ => Ok(accepted),
+            }
+        }),
         Err(refusal) => Err(refusal),
     };
     let (kind, migrate) = match accepted {
@@ -82,6 +90,7 @@ async fn serve_connection(
         kind,
         migrate,
         app.default_mode.max_pending_bytes_per_server_connection(),
+        through,
     ));
     connection.send(&ServiceMessage::HandshakeResponse(HandshakeResponse {
         error_message: String::new(),
@@ -91,11 +100,17 @@ async fn serve_connection(
     let metrics = app.executor.metrics();
     app.default_mode.servers.add(connection.clone());
     metrics.server_connections.inc();
-    tracing::info!(kind = ?connection.kind, "app server connected");
+    if connection.through.is_some() {
+        metrics.server_connections_passed_on.inc();
+    }
+    tracing::info!(kind = ?connection.kind, through = ?connection.through, "app server connected");
     let outcome = serve(&app, &connection, &mut socket, &reader, buffer).await;
     connection.mark_closed();
     app.default_mode.servers.remove(&connection);
     metrics.server_connections.dec();
+    if connection.through.is_some() {
+        metrics.server_connections_passed_on.dec();
+    }
     let reason = match &outcome {
         Ok(()) => "closed",
         Err(error) => error.code(),
