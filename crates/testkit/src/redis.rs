@@ -128,6 +128,10 @@ impl RedisCluster {
                         "nodes.conf",
                         "--cluster-node-timeout",
                         "2000",
+                        // A replica that never synced cannot be promoted: sync at once rather
+                        // than after Redis's default 5 s wait for more replicas.
+                        "--repl-diskless-sync-delay",
+                        "0",
                     ],
                 )
             })
@@ -183,13 +187,18 @@ impl RedisCluster {
             .collect()
     }
 
-    /// Every node says `cluster_state:ok` and knows every node and slot.
+    /// Every node says `cluster_state:ok` and knows every node and slot, and every replica
+    /// has synced with its master (so a failover can promote it).
     fn ready(&self) -> bool {
         self.nodes.iter().all(|n| {
             n.cli(&["CLUSTER", "INFO"])
                 .lines()
                 .any(|l| l.trim() == "cluster_state:ok")
                 && n.cli(&["CLUSTER", "NODES"]).lines().count() == self.nodes.len()
+                && !n
+                    .cli(&["INFO", "replication"])
+                    .lines()
+                    .any(|l| l.trim() == "master_link_status:down")
         })
     }
 }

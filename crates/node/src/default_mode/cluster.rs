@@ -19,14 +19,23 @@ use super::DefaultMode;
 use crate::executor::RemoteInvocations;
 use crate::members::Member;
 
-/// How long a node waits before asking an app server again to connect to the same node: the
-/// app server may decline (its OnDemand connections are capped), or its connection may have
-/// reached the node only through another (a balancer in front), when a direct one is wanted.
+/// How long a node first waits before asking an app server again to connect to the same
+/// node: the app server may decline (its OnDemand connections are capped), or its connection
+/// may have reached the node only through another (a balancer in front, or a connection
+/// string naming one node), when a direct one is wanted. The wait doubles with each ask, up
+/// to [`MAX_RETARGET`] after the first [`STEADY_ASKS`].
 pub(super) const RETARGET: Duration = Duration::from_secs(3);
+const MAX_RETARGET: Duration = Duration::from_secs(60);
+const STEADY_ASKS: u32 = 5;
 
-/// When each (hub, app server, instance) was last asked for, so it is asked at most once per
-/// [`RETARGET`].
-pub(super) type Targeted = HashMap<(HubName, Arc<str>, String), Instant>;
+/// When each (hub, app server, instance) was last asked for, and how many asks so far.
+pub(super) type Targeted = HashMap<(HubName, Arc<str>, String), (Instant, u32)>;
+
+/// How long after ask number `asks` (1 = the first) the next may follow.
+fn retarget_after(asks: u32) -> Duration {
+    let doublings = asks.saturating_sub(STEADY_ASKS).min(5);
+    (RETARGET * 2u32.pow(doublings)).min(MAX_RETARGET)
+}
 
 impl DefaultMode {
     /// This node's instance id (`Asrs-Instance-Id`, `target`, ServiceMapping).
@@ -69,7 +78,9 @@ impl DefaultMode {
     /// request rather than one from every node. Returns how many pings went out.
     pub(crate) fn ask_for_connections(&self, me: &str, others: &[Member], now: Instant) -> usize {
         let mut targeted = self.targeted.lock();
-        targeted.retain(|_, at| now.saturating_duration_since(*at) < RETARGET);
+        // Forgotten once twice its wait has passed: the node got its connection meanwhile.
+        targeted
+            .retain(|_, (at, asks)| now.saturating_duration_since(*at) < retarget_after(*asks) * 2);
         let mut sent = 0;
         for (hub, servers) in self.server_list() {
             for server in servers {
@@ -83,9 +94,15 @@ impl DefaultMode {
                 let server: Arc<str> = Arc::from(server);
                 for member in others.iter().filter(|m| !m.has_server(&hub, &server)) {
                     let key = (hub.clone(), server.clone(), member.instance.clone());
-                    if targeted.contains_key(&key) {
-                        continue;
-                    }
+                    let asks = match targeted.get(&key) {
+                        Some((at, asks))
+                            if now.saturating_duration_since(*at) < retarget_after(*asks) =>
+                        {
+                            continue
+                        }
+                        Some((_, asks)) => asks + 1,
+                        None => 1,
+                    };
                     let connection = self.servers.connections(&hub).into_iter().find(|c| {
                         c.server_id == server && c.carries_clients() && c.through.is_none()
                     });
@@ -95,7 +112,7 @@ impl DefaultMode {
                             sent += 1;
                         }
                     }
-                    targeted.insert(key, now);
+                    targeted.insert(key, (now, asks));
                 }
             }
         }
@@ -174,5 +191,16 @@ impl DefaultMode {
         self.servers
             .find_client(hub, connection)
             .is_some_and(|client| client.handshake_done())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_are_steady_then_back_off_to_a_minute() {
+        let waits: Vec<u64> = (1..=12).map(|n| retarget_after(n).as_secs()).collect();
+        assert_eq!(waits, [3, 3, 3, 3, 3, 6, 12, 24, 48, 60, 60, 60]);
     }
 }
