@@ -283,6 +283,7 @@ def backplane_envelope():
         arr(u(9)),
         arr(u(10), b"\xc0", u(100)),
         arr(u(10), arr(hub, s("u"), s("g")), u(2)),
+        arr(u(11), s("c"), s("c-1-2"), s("host_1"), payloads),
     ]
     for i, question in enumerate(questions):
         seed("backplane_envelope", arr(u(1), origin, u(20 + i), u(6), hub, s("n1"), u(i), question))
@@ -294,6 +295,10 @@ def backplane_envelope():
     ]
     for i, answer in enumerate(answers):
         seed("backplane_envelope", arr(u(1), origin, u(40 + i), u(7), hub, u(i), answer))
+    # Presence (kind 8: hub, node, instance, leaving, [[hub, [server ids]]…]).
+    seed("backplane_envelope", arr(u(1), origin, u(60), u(8), hub, s("n1"), s("n1~abcd1234"), b"\xc2", arr()))
+    seed("backplane_envelope", arr(u(1), origin, u(61), u(8), hub, s("n2"), s("n2~x"), b"\xc3",
+                                   arr(arr(hub, arr(s("host_1"), s("host_2"))), arr(s("other"), arr()))))
     seed("backplane_envelope", b"garbage", cut=3)
 
 

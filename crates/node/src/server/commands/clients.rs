@@ -72,8 +72,13 @@ pub(super) async fn close(app: &AppServers, connection: &ServerConnection, close
 
 /// ClientInvocation: a result asked of a client. A client held by another node is asked
 /// there (the node answers on the caller's connection to it); a client nobody holds fails
-/// the invocation at once.
-pub(super) fn invoke(app: &AppServers, connection: &Arc<ServerConnection>, call: ClientInvocation) {
+/// the invocation at once. The reader waits for the other node's answer, like an
+/// acknowledged command, so what the app server sends next cannot overtake the invocation.
+pub(super) async fn invoke(
+    app: &AppServers,
+    connection: &Arc<ServerConnection>,
+    call: ClientInvocation,
+) {
     let local = ConnectionId::new(&call.connection_id)
         .ok()
         .filter(|id| app.default_mode.holds_client(&connection.hub, id));
@@ -85,27 +90,28 @@ pub(super) fn invoke(app: &AppServers, connection: &Arc<ServerConnection>, call:
         app.default_mode.invoke(connection, call);
         return;
     };
-    let (executor, connection) = (app.executor.clone(), connection.clone());
-    tokio::spawn(async move {
-        let question = Question::Invoke {
-            connection: id,
-            invocation_id: call.invocation_id.clone(),
-            caller_server_id: call.caller_server_id.clone(),
-            payloads: call
-                .payloads
-                .iter()
-                .fold(Payloads::new(), |payloads, (name, bytes)| {
-                    payloads.with(Protocol::from_name(name), bytes.clone())
-                }),
-        };
-        if !executor.invoke_elsewhere(&connection.hub, question).await {
-            connection.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
-                error: format!("Connection '{}' does not exist.", call.connection_id),
-                invocation_id: call.invocation_id,
-                connection_id: call.connection_id,
-                caller_server_id: call.caller_server_id,
-                ext: Extensions::default(),
-            }));
-        }
-    });
+    let question = Question::Invoke {
+        connection: id,
+        invocation_id: call.invocation_id.clone(),
+        caller_server_id: call.caller_server_id.clone(),
+        payloads: call
+            .payloads
+            .iter()
+            .fold(Payloads::new(), |payloads, (name, bytes)| {
+                payloads.with(Protocol::from_name(name), bytes.clone())
+            }),
+    };
+    if !app
+        .executor
+        .invoke_elsewhere(&connection.hub, question)
+        .await
+    {
+        connection.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
+            error: format!("Connection '{}' does not exist.", call.connection_id),
+            invocation_id: call.invocation_id,
+            connection_id: call.connection_id,
+            caller_server_id: call.caller_server_id,
+            ext: Extensions::default(),
+        }));
+    }
 }

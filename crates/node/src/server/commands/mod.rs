@@ -48,7 +48,7 @@ pub(super) async fn handle(
         ServiceMessage::Ping(ping) => control::ping(app, connection, ping),
         ServiceMessage::ConnectionData(data) => clients::relay(app, connection, data),
         ServiceMessage::CloseConnection(close) => clients::close(app, connection, close).await,
-        ServiceMessage::ClientInvocation(call) => clients::invoke(app, connection, call),
+        ServiceMessage::ClientInvocation(call) => clients::invoke(app, connection, call).await,
         ServiceMessage::ClientCompletion(ref done) => {
             let id = done.invocation_id.clone();
             app.default_mode.complete(connection, &id, message);
