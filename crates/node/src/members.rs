@@ -9,6 +9,7 @@
 //! read Redis nobody is declared gone, and after it can again every node gets a fresh timeout.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -45,6 +46,8 @@ pub(crate) struct Members {
     node: String,
     instance: String,
     state: Mutex<State>,
+    /// Rotates [`Members::node_serving`]'s choice.
+    turn: AtomicUsize,
 }
 
 /// This run's instance id: the node id, `~`, and 8 random URL-safe characters (`~` is not
@@ -71,6 +74,7 @@ impl Members {
                 healthy_since: Some(Instant::now()),
                 ..State::default()
             }),
+            turn: AtomicUsize::new(0),
         }
     }
 
@@ -181,6 +185,23 @@ impl Members {
             .nodes
             .values()
             .any(|m| m.servers.iter().any(|(h, _)| h == hub))
+    }
+
+    /// Another live node with a direct connection from an app server of `hub` (from
+    /// `server`, when given), spreading the choices over such nodes.
+    pub(crate) fn node_serving(&self, hub: &HubName, server: Option<&str>) -> Option<String> {
+        let state = self.state.lock();
+        let mut candidates: Vec<&Member> = state
+            .nodes
+            .values()
+            .filter(|m| match server {
+                Some(server) => m.has_server(hub, server),
+                None => m.servers.iter().any(|(h, ids)| h == hub && !ids.is_empty()),
+            })
+            .collect();
+        candidates.sort_by(|a, b| a.node.cmp(&b.node));
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        (!candidates.is_empty()).then(|| candidates[turn % candidates.len()].node.clone())
     }
 
     /// Live nodes, this one included.

@@ -7,11 +7,14 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use switchyard_auth::VerifiedToken;
+use switchyard_core::HubName;
+
 use super::{authorize_client, create_client, Clients, Transport};
 use crate::http::{client_ip, text_error, Query};
 
 pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Request) -> Response {
-    let (parts, _body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     if parts.method != Method::POST {
         return text_error(StatusCode::METHOD_NOT_ALLOWED, "negotiate requires POST");
     }
@@ -36,6 +39,23 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
             }
         },
     };
+    if let Some(node) = better_node(&clients, &parts, &hub, &token) {
+        // The connection is made there, its key names that node, and every later request of
+        // it is passed on there, whichever node the balancer picks.
+        let request = Request::from_parts(parts, body);
+        let (executor, metrics) = (&clients.executor, clients.metrics());
+        return clients
+            .forwarder
+            .forward(
+                executor,
+                metrics,
+                &hub,
+                &node,
+                request,
+                "The node that could serve this client cannot be reached.",
+            )
+            .await;
+    }
     let allowed = token.allowed_transports().unwrap_or(0b111);
     let source = client_ip(&parts, clients.config());
     let client = match create_client(&clients, &hub, token, version >= 1, source) {
@@ -44,6 +64,32 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
     };
     let id = client.connection.id().as_str();
     json_body(negotiate_response(version, id, &client.key, allowed))
+}
+
+/// In a cluster, another node that can serve a Default-mode client this node cannot: this
+/// node has no connection from an app server the client may use (the app server declined to
+/// connect here, e.g. at its `MaxHubServerConnectionCount`), another node has a direct one.
+fn better_node(
+    clients: &Clients,
+    parts: &axum::http::request::Parts,
+    hub: &HubName,
+    token: &VerifiedToken,
+) -> Option<String> {
+    if !clients.executor.in_cluster()
+        || parts.headers.contains_key(crate::forward::FORWARDED_BY)
+        || !clients.serves_default_mode(hub, token)
+    {
+        return None;
+    }
+    let sticky = token.claim("asrs.s.sn");
+    let required = token
+        .claim("asrs.s.ssticky")
+        .is_some_and(|mode| mode.eq_ignore_ascii_case("required"));
+    if clients.default_mode.can_serve(hub, sticky, required) {
+        return None;
+    }
+    let server = if required { sticky } else { None };
+    clients.executor.members().node_serving(hub, server)
 }
 
 /// The body in the exact field order ASP.NET Core writes.

@@ -185,6 +185,11 @@ impl DefaultMode {
 }
 
 impl DefaultMode {
+    /// Whether this node has a connection a new client of `hub` could be pinned to.
+    pub(crate) fn can_serve(&self, hub: &HubName, sticky: Option<&str>, required: bool) -> bool {
+        self.servers.pick(hub, sticky, required).is_ok()
+    }
+
     /// Whether a client of this node is pinned to one of its app-server connections, its
     /// handshake done.
     pub(crate) fn holds_client(&self, hub: &HubName, connection: &ConnectionId) -> bool {
