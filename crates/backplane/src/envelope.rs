@@ -286,7 +286,8 @@ pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
             let instance = r.str()?.to_string();
             let leaving = r.bool()?;
             let count = r.array()?;
-            let mut servers = Vec::with_capacity(count);
+            // Each entry takes at least four bytes: do not reserve for more than could follow.
+            let mut servers = Vec::with_capacity(count.min(r.rest().len() / 4));
             for _ in 0..count {
                 if r.array()? != 2 {
                     return Err(EnvelopeError::Type(r.pos));

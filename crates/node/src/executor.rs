@@ -536,18 +536,31 @@ impl Executor {
 
     /// This node's backplane stopped answering: joins and leaves of user groups made from
     /// now on may not reach the other nodes (nor theirs this one). Each is noted, so that the
-    /// copy made once it answers again ([`Executor::resync_user_groups`]) does not undo them.
+    /// copy made once it answers again ([`Executor::copy_user_groups_again`]) does not undo
+    /// them.
     pub(crate) fn backplane_lost(&self) {
         self.router.begin_copy();
     }
 
     /// The backplane answers again: takes on the memberships other nodes made meanwhile (a
     /// union; what this node changed meanwhile wins). Leaves made on another node during the
-    /// outage are not learnt: see docs/cluster.md, "What a Redis outage does".
-    pub(crate) async fn resync_user_groups(&self) -> usize {
-        let copied = self.copy_user_group_pages().await;
+    /// outage are not learnt: see docs/cluster.md, "Failures". The notes stay until
+    /// [`Executor::end_noting`].
+    pub(crate) async fn copy_user_groups_again(&self) -> usize {
+        self.copy_user_group_pages().await
+    }
+
+    /// Stops noting joins and leaves (the copy after an outage is done).
+    pub(crate) fn end_noting(&self) {
         self.router.end_copy();
-        copied
+    }
+
+    /// Whether a question this node asks itself comes back through Redis and its reader.
+    pub(crate) async fn ask_self(&self) -> bool {
+        let hub = HubName::new("switchyard", None).expect("a valid hub name");
+        let channel = Channel::Node(self.node_id.clone());
+        let gathered = self.ask(&hub, channel, Question::Address, |_| true).await;
+        !gathered.answers.is_empty()
     }
 
     async fn copy_user_group_pages(&self) -> usize {

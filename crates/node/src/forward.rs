@@ -130,9 +130,23 @@ impl Forwarder {
         metrics: &Metrics,
         hub: &HubName,
         node: &str,
-        mut request: Request,
+        request: Request,
         missing: &'static str,
     ) -> Response {
+        self.try_forward(executor, metrics, hub, node, request)
+            .await
+            .unwrap_or_else(|| text_error(StatusCode::NOT_FOUND, missing))
+    }
+
+    /// [`Forwarder::forward`], or `None` when `node` cannot be reached (counted).
+    pub(crate) async fn try_forward(
+        &self,
+        executor: &Executor,
+        metrics: &Metrics,
+        hub: &HubName,
+        node: &str,
+        mut request: Request,
+    ) -> Option<Response> {
         let unreachable = |metrics: &Metrics| {
             metrics
                 .cluster_requests_forwarded
@@ -140,10 +154,10 @@ impl Forwarder {
                     reason: "unreachable",
                 })
                 .inc();
-            text_error(StatusCode::NOT_FOUND, missing)
         };
         let Some(base) = self.address(executor, hub, node).await else {
-            return unreachable(metrics);
+            unreachable(metrics);
+            return None;
         };
         let upgrade = is_websocket_upgrade(request.headers());
         let client_side = if upgrade {
@@ -163,7 +177,8 @@ impl Forwarder {
             .map_or("/", |p| p.as_str())
             .to_string();
         let Ok(uri) = format!("{base}{path}").parse::<Uri>() else {
-            return unreachable(metrics);
+            unreachable(metrics);
+            return None;
         };
         let (mut parts, body) = request.into_parts();
         parts.uri = uri;
@@ -188,7 +203,8 @@ impl Forwarder {
             Err(error) => {
                 tracing::debug!(node, %error, "cannot reach the node that holds a connection");
                 self.forget(node);
-                return unreachable(metrics);
+                unreachable(metrics);
+                return None;
             }
         };
         metrics
@@ -206,11 +222,11 @@ impl Forwarder {
                 tunnel(TokioIo::new(client), TokioIo::new(node), HALF_CLOSED_GRACE).await;
             });
             let (parts, _) = response.into_parts();
-            return Response::from_parts(parts, Body::empty());
+            return Some(Response::from_parts(parts, Body::empty()));
         }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        Response::from_parts(parts, Body::new(body))
+        Some(Response::from_parts(parts, Body::new(body)))
     }
 }
 

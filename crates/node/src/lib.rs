@@ -74,6 +74,21 @@ pub struct Node {
     pub metrics: Arc<Metrics>,
     /// A backplane probe is in flight (at most one at a time).
     probing: AtomicBool,
+    resync: parking_lot::Mutex<Resync>,
+}
+
+/// Where the user-group re-sync after an outage stands (see [`Node::resync_tick`]).
+#[derive(Default)]
+struct Resync {
+    /// Joins and leaves made here are being noted.
+    noting: bool,
+    /// Counts the ticks that found the backplane failing.
+    outage: u64,
+    /// When the copy may start (the backplane answers again).
+    due: Option<Instant>,
+    running: bool,
+    /// The backplane's count of lost publishes at the last tick.
+    publish_errors: u64,
 }
 
 impl Node {
@@ -110,6 +125,7 @@ impl Node {
             app_servers,
             metrics,
             probing: AtomicBool::new(false),
+            resync: parking_lot::Mutex::default(),
         })
     }
 
@@ -170,12 +186,12 @@ impl Node {
     }
 
     /// Once a second in a cluster: say this node is alive, find the nodes that are not, tell
-    /// app servers about both, and check that this node's own backplane still answers.
+    /// app servers about both, check that this node's own backplane still answers, and
+    /// re-sync the user groups after it did not.
     fn cluster_tick(self: &Arc<Self>, now: Instant) {
         let (executor, metrics) = (&self.executor, &self.metrics);
         let members = executor.members();
         let default_mode = &self.app_servers.default_mode;
-        executor.publish_presence(default_mode.server_list(), false);
         members.expire(now, self.config().cluster.node_timeout);
         for gone in members.take_gone() {
             let told = default_mode.announce_offline(&gone.instance);
@@ -186,35 +202,24 @@ impl Node {
                 .inc_by(told as u64);
             tracing::warn!(node = %gone.node, instance = %gone.instance, told, "a node is gone; app servers are told it is offline");
         }
-        let asked = default_mode.ask_for_connections(members.node(), &members.others(), now);
-        metrics
-            .cluster_server_pings
-            .get_or_create(&metrics::KindLabel { kind: "target" })
-            .inc_by(asked as u64);
+        default_mode.announce(executor, now);
         metrics.cluster_nodes.set(members.count() as i64);
         let healthy = members.backplane_healthy();
         metrics.cluster_backplane_up.set(i64::from(healthy));
+        self.resync_tick(healthy, now);
         if !self.probing.swap(true, Ordering::AcqRel) {
             let node = self.clone();
             tokio::spawn(async move {
-                let answered =
-                    tokio::time::timeout(BACKPLANE_PROBE, node.executor.probe_backplane())
-                        .await
-                        .unwrap_or(false);
-                let members = node.executor.members();
-                match members.backplane_answered(answered, Instant::now()) {
+                let answered = node.probe().await;
+                match node
+                    .executor
+                    .members()
+                    .backplane_answered(answered, Instant::now())
+                {
                     Some(false) => {
-                        tracing::warn!("the backplane does not answer; serving local traffic only");
-                        node.executor.backplane_lost();
+                        tracing::warn!("the backplane does not answer; serving local traffic only")
                     }
-                    Some(true) => {
-                        tracing::info!("the backplane answers again");
-                        let copied = node.executor.resync_user_groups().await;
-                        tracing::info!(
-                            copied,
-                            "user-group memberships taken on from the other nodes after the outage"
-                        );
-                    }
+                    Some(true) => tracing::info!("the backplane answers again"),
                     None => {}
                 }
                 node.probing.store(false, Ordering::Release);
@@ -222,9 +227,73 @@ impl Node {
         }
     }
 
-    /// Tells the other nodes this node is shutting down, so they forget it at once.
+    /// Whether the backplane answers end to end, within [`BACKPLANE_PROBE`]: every
+    /// connection answers a PING, and a question this node asks itself through Redis comes
+    /// back through its own reader (a reader far behind counts as not hearing the cluster:
+    /// silence it reads late must not make other nodes look dead).
+    async fn probe(&self) -> bool {
+        let executor = &self.executor;
+        let both = async {
+            let (ping, round_trip) = tokio::join!(executor.probe_backplane(), executor.ask_self());
+            ping && round_trip
+        };
+        tokio::time::timeout(BACKPLANE_PROBE, both)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// The user-group re-sync after an outage. While the backplane fails (the probe, or any
+    /// publish Redis did not take) this node notes the joins and leaves it makes; once it
+    /// answers again, the node waits `cluster.node_timeout` for the others to be back too,
+    /// then copies their tables (what it noted wins). A new outage during the copy keeps the
+    /// notes for the next copy.
+    fn resync_tick(self: &Arc<Self>, healthy: bool, now: Instant) {
+        let errors = self.executor.backplane_traffic().publish_errors;
+        let mut resync = self.resync.lock();
+        let failing = !healthy || errors > resync.publish_errors;
+        resync.publish_errors = errors;
+        if failing {
+            if !resync.noting {
+                self.executor.backplane_lost();
+                resync.noting = true;
+            }
+            resync.outage += 1;
+            resync.due = None;
+            return;
+        }
+        if !resync.noting || resync.running {
+            return;
+        }
+        let due = *resync
+            .due
+            .get_or_insert(now + self.config().cluster.node_timeout);
+        if now < due {
+            return;
+        }
+        resync.due = None;
+        resync.running = true;
+        let outage = resync.outage;
+        let node = self.clone();
+        tokio::spawn(async move {
+            let copied = node.executor.copy_user_groups_again().await;
+            let mut resync = node.resync.lock();
+            resync.running = false;
+            if resync.outage == outage {
+                node.executor.end_noting();
+                resync.noting = false;
+                tracing::info!(
+                    copied,
+                    "user-group memberships taken on from the other nodes after the outage"
+                );
+            }
+        });
+    }
+
+    /// Tells the other nodes this node is shutting down, so they forget it at once; its
+    /// heartbeats say so until it stops.
     fn leave(&self) {
         if self.executor.in_cluster() {
+            self.executor.members().set_leaving();
             let servers = self.app_servers.default_mode.server_list();
             self.executor.publish_presence(servers, true);
         }

@@ -33,18 +33,47 @@ impl Member {
     }
 }
 
+impl State {
+    fn end(&mut self, member: Member, now: Instant) {
+        self.ended
+            .retain(|_, at| now.saturating_duration_since(*at) < ENDED_KEPT);
+        if self.ended.len() >= MAX_ENDED {
+            if let Some(oldest) = self
+                .ended
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(i, _)| i.clone())
+            {
+                self.ended.remove(&oldest);
+            }
+        }
+        self.ended.insert(member.instance.clone(), now);
+        self.gone.push(member);
+    }
+}
+
 #[derive(Default)]
 struct State {
     nodes: HashMap<String, Member>,
     /// Instances found gone and not yet taken by [`Members::take_gone`].
     gone: Vec<Member>,
+    /// Instances found gone, and when: a late heartbeat of one (still in flight when it
+    /// left, or from a node that kept running while silent) must not bring it back.
+    ended: HashMap<String, Instant>,
     /// Since when this node's backplane has been answering (`None`: it is not).
     healthy_since: Option<Instant>,
 }
 
+/// How long an ended instance is remembered.
+const ENDED_KEPT: Duration = Duration::from_secs(600);
+/// At most this many ended instances are remembered (the oldest go first).
+const MAX_ENDED: usize = 4096;
+
 pub(crate) struct Members {
     node: String,
     instance: String,
+    /// This node is shutting down: its heartbeats say so from then on.
+    leaving: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     /// Rotates [`Members::node_serving`]'s choice.
     turn: AtomicUsize,
@@ -75,6 +104,7 @@ impl Members {
                 ..State::default()
             }),
             turn: AtomicUsize::new(0),
+            leaving: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -87,12 +117,24 @@ impl Members {
         &self.instance
     }
 
+    /// This node shuts down: every heartbeat from now on says it is leaving.
+    pub(crate) fn set_leaving(&self) {
+        self.leaving.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::Acquire)
+    }
+
     /// Takes in another node's heartbeat.
     pub(crate) fn heard(&self, presence: &Presence, now: Instant) {
         if presence.node == self.node {
             return;
         }
         let mut state = self.state.lock();
+        if state.ended.contains_key(&presence.instance) {
+            return;
+        }
         let previous = if presence.leaving {
             state.nodes.remove(&presence.node)
         } else {
@@ -108,7 +150,7 @@ impl Members {
                 .filter(|old| old.instance != presence.instance)
         };
         if let Some(previous) = previous {
-            state.gone.push(previous);
+            state.end(previous, now);
         }
     }
 
@@ -148,7 +190,7 @@ impl Members {
             .collect();
         for node in silent {
             if let Some(member) = state.nodes.remove(&node) {
-                state.gone.push(member);
+                state.end(member, now);
             }
         }
     }
@@ -274,6 +316,13 @@ mod tests {
         members.heard(&presence("b", "b~2", true), t0);
         assert_eq!(gone(&members), ["b~2"]);
         assert_eq!(members.instance_of("b"), None);
+        // A heartbeat of the ended instance that was still on its way changes nothing.
+        members.heard(&presence("b", "b~2", false), t0);
+        assert_eq!(members.instance_of("b"), None);
+        assert!(gone(&members).is_empty());
+        // A new run of the node is heard.
+        members.heard(&presence("b", "b~3", false), t0);
+        assert_eq!(members.instance_of("b").as_deref(), Some("b~3"));
     }
 
     #[test]

@@ -192,17 +192,20 @@ impl Hub {
         } else if ping.get("shutdown") == Some("finack") {
             link.set_finack();
         } else if let Some(instance) = ping.get("offline") {
-            self.drop_instance(instance);
+            self.drop_instance(link, instance);
         }
     }
 
-    /// A service instance went away: its clients are gone (spec §1.6 `offline`).
-    fn drop_instance(&self, instance: &str) {
+    /// A service instance went away (spec §1.6 `offline`): as the SDK does, the clients it
+    /// announced over the connection the ping came on are gone.
+    fn drop_instance(&self, link: &Link, instance: &str) {
         let gone: Vec<String> = self
             .clients
             .lock()
             .iter()
-            .filter(|(_, e)| e.client.instance_id.as_deref() == Some(instance))
+            .filter(|(_, e)| {
+                e.client.link.id == link.id && e.client.instance_id.as_deref() == Some(instance)
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {

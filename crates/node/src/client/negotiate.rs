@@ -41,20 +41,18 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
     };
     if let Some(node) = better_node(&clients, &parts, &hub, &token) {
         // The connection is made there, its key names that node, and every later request of
-        // it is passed on there, whichever node the balancer picks.
-        let request = Request::from_parts(parts, body);
+        // it is passed on there, whichever node the balancer picks. A negotiate has no body,
+        // so when that node cannot be reached (gone, not yet counted gone) it is made here.
+        let copy = Request::from_parts(parts.clone(), axum::body::Body::empty());
+        drop(body);
         let (executor, metrics) = (&clients.executor, clients.metrics());
-        return clients
+        if let Some(response) = clients
             .forwarder
-            .forward(
-                executor,
-                metrics,
-                &hub,
-                &node,
-                request,
-                "The node that could serve this client cannot be reached.",
-            )
-            .await;
+            .try_forward(executor, metrics, &hub, &node, copy)
+            .await
+        {
+            return response;
+        }
     }
     let allowed = token.allowed_transports().unwrap_or(0b111);
     let source = client_ip(&parts, clients.config());

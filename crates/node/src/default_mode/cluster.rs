@@ -16,8 +16,9 @@ use switchyard_core::{ConnectionId, HubName, Question};
 use switchyard_service_protocol::{ClientInvocation, Extensions, Ping, ServiceMessage};
 
 use super::DefaultMode;
-use crate::executor::RemoteInvocations;
+use crate::executor::{Executor, RemoteInvocations};
 use crate::members::Member;
+use crate::metrics::KindLabel;
 
 /// How long a node first waits before asking an app server again to connect to the same
 /// node: the app server may decline (its OnDemand connections are capped), or its connection
@@ -117,6 +118,24 @@ impl DefaultMode {
             }
         }
         sent
+    }
+
+    /// Tells the other nodes which app servers this node holds (or that it is leaving), and
+    /// asks app servers to connect to the nodes lacking them. Once a second, and at once when
+    /// an app server connects, so the others need not wait a second to steer clients here.
+    pub(crate) fn announce(&self, executor: &Executor, now: Instant) {
+        let members = executor.members();
+        let leaving = members.is_leaving();
+        executor.publish_presence(self.server_list(), leaving);
+        if leaving {
+            return;
+        }
+        let asked = self.ask_for_connections(members.node(), &members.others(), now);
+        executor
+            .metrics()
+            .cluster_server_pings
+            .get_or_create(&KindLabel { kind: "target" })
+            .inc_by(asked as u64);
     }
 
     /// Tells every app server connected here that `instance` is gone: the SDK drops the

@@ -104,6 +104,13 @@ async fn serve_connection(
         metrics.server_connections_passed_on.inc();
     }
     tracing::info!(kind = ?connection.kind, through = ?connection.through, "app server connected");
+    if app.executor.in_cluster()
+        && connection.kind != ConnectionKind::Weak
+        && connection.through.is_none()
+    {
+        app.default_mode
+            .announce(&app.executor, std::time::Instant::now());
+    }
     let outcome = serve(&app, &connection, &mut socket, &reader, buffer).await;
     connection.mark_closed();
     app.default_mode.servers.remove(&connection);

@@ -90,10 +90,14 @@ pub(super) async fn invoke(
         app.default_mode.invoke(connection, call);
         return;
     };
+    // While this node cannot hear the cluster, asking would hold this connection's reader
+    // (and its own clients' traffic) for the publish timeout: fail the invocation at once.
+    let reachable = app.executor.members().backplane_healthy();
+    // Answers go to the app server this connection belongs to, whatever the message says.
     let question = Question::Invoke {
         connection: id,
         invocation_id: call.invocation_id.clone(),
-        caller_server_id: call.caller_server_id.clone(),
+        caller_server_id: connection.server_id.to_string(),
         payloads: call
             .payloads
             .iter()
@@ -101,17 +105,25 @@ pub(super) async fn invoke(
                 payloads.with(Protocol::from_name(name), bytes.clone())
             }),
     };
-    if !app
+    let error = if !reachable {
+        format!(
+            "Connection '{}' is not on this service instance, and the others cannot be reached now.",
+            call.connection_id
+        )
+    } else if !app
         .executor
         .invoke_elsewhere(&connection.hub, question)
         .await
     {
-        connection.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
-            error: format!("Connection '{}' does not exist.", call.connection_id),
-            invocation_id: call.invocation_id,
-            connection_id: call.connection_id,
-            caller_server_id: call.caller_server_id,
-            ext: Extensions::default(),
-        }));
-    }
+        format!("Connection '{}' does not exist.", call.connection_id)
+    } else {
+        return;
+    };
+    connection.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
+        error,
+        invocation_id: call.invocation_id,
+        connection_id: call.connection_id,
+        caller_server_id: call.caller_server_id,
+        ext: Extensions::default(),
+    }));
 }
