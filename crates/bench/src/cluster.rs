@@ -121,6 +121,64 @@ impl Probe {
     }
 }
 
+/// Waits until every node holds an app-server connection (`switchyard_server_connections`
+/// in its `/metrics`), polling every 100 ms for at most `within`; the counts per node.
+/// The run's one app server knows the first node only: the others ask it (target pings
+/// after their presence heartbeat) to connect to them, and until it has, a client there is
+/// refused.
+pub async fn wait_for_app_servers(probe: &Probe, within: Duration) -> Result<Vec<u64>, String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let mut counts = Vec::new();
+        for node in &probe.nodes {
+            counts.push(server_connections_of(&probe.http, &node.url).await);
+        }
+        if counts.iter().all(|c| c.is_some_and(|c| c > 0)) {
+            return Ok(counts.into_iter().flatten().collect());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let seen: Vec<String> = probe
+                .nodes
+                .iter()
+                .zip(&counts)
+                .map(|(node, count)| match count {
+                    Some(c) => format!("{} {c}", node.name),
+                    None => format!("{} unreadable", node.name),
+                })
+                .collect();
+            return Err(format!(
+                "after {within:?} not every node holds an app-server connection ({}): the \
+                 nodes ask the app server connected to the first one to connect to them too \
+                 (target pings); an app server that ignores them or caps its connections \
+                 leaves the others' clients unserved",
+                seen.join(", ")
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn server_connections_of(http: &reqwest::Client, base: &str) -> Option<u64> {
+    let text = http
+        .get(format!("{base}metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    parse_server_connections(&text)
+}
+
+/// `switchyard_server_connections` (app-server connections after their handshake, every
+/// hub) from `/metrics`.
+pub fn parse_server_connections(metrics: &str) -> Option<u64> {
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix("switchyard_server_connections ")?;
+        Some(value.trim().parse::<f64>().ok()? as u64)
+    })
+}
+
 /// A node's backplane counters from its `/metrics`.
 async fn backplane_of(http: reqwest::Client, base: String) -> Option<Backplane> {
     let text = http
@@ -339,6 +397,18 @@ mod tests {
         assert_eq!(parse_backplane("switchyard_connections 3\n"), None);
         let declared = "# TYPE switchyard_backplane_messages counter\nswitchyard_connections 3\n";
         assert_eq!(parse_backplane(declared), Some(Backplane::default()));
+    }
+
+    #[test]
+    fn reads_server_connections() {
+        let text = "# TYPE switchyard_server_connections gauge\n\
+                    switchyard_server_connections 5\n\
+                    switchyard_server_connections_closed_total{reason=\"closed\"} 2\n";
+        assert_eq!(parse_server_connections(text), Some(5));
+        assert_eq!(
+            parse_server_connections("switchyard_server_connections_closed_total 1\n"),
+            None
+        );
     }
 
     fn sample(cpu: f64, rss: u64) -> Sample {

@@ -28,6 +28,10 @@ use crate::worker::{self, instant_at, now_ms, Command, Event};
 /// most this share of connections may fail.
 const RULE_SHARE: f64 = 0.01;
 
+/// How long a Default-mode cluster run waits for the app server to hold a connection on
+/// every node (the nodes ask it within their 1 s heartbeat; it connects in well under 1 s).
+const APP_SERVER_WAIT: Duration = Duration::from_secs(30);
+
 /// A worker's final report: steps, seconds, errors.
 type Final = (Vec<BucketExport>, Vec<BucketExport>, Vec<(String, u64)>);
 
@@ -228,7 +232,7 @@ fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Target, RunError
             access_key: Some(access_key.clone()),
         });
         let probe = Probe::new(nodes.clone(), Some(redis));
-        // Default mode (one node): its app server, as for a single service.
+        // Default mode: one app server on the first node's connection string.
         let bases = nodes.iter().map(|n| n.url.clone()).collect();
         let (mode, endpoint, app_pid) =
             clients_of(scenario, args, &mut children, &first_cs, bases, access_key)?;
@@ -310,7 +314,15 @@ fn clients_of(
 ) -> Result<(&'static str, Endpoint, Option<u32>), RunError> {
     if scenario.needs_app_server() {
         let (url, app_pid) = app_server(args, connection_string, children)?;
-        Ok(("default", Endpoint::Hub { url }, app_pid))
+        // The app server's negotiate redirects to the one node it knows; on several nodes
+        // clients go straight to node g mod N instead (a token signed by the key, as the
+        // redirect's), as a load balancer in front of the nodes would spread them.
+        let endpoint = if bases.len() > 1 {
+            Endpoint::Service { bases, access_key }
+        } else {
+            Endpoint::Hub { url }
+        };
+        Ok(("default", endpoint, app_pid))
     } else {
         Ok(("serverless", Endpoint::Service { bases, access_key }, None))
     }
@@ -377,14 +389,6 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
         .max(args.client_endpoints.len() as u32);
     if args.nodes == Some(0) || nodes > 64 {
         return Err(RunError("--nodes must be 1–64".into()));
-    }
-    if scenario.needs_app_server() && nodes > 1 {
-        return Err(RunError(format!(
-            "{} needs an app server on every node, which a cluster run does not start yet \
-             (issue 11): with several nodes use the rest-* scenarios, idle or connect-rate \
-             (or --nodes 1)",
-            scenario.name()
-        )));
     }
     if args.connections == 0 {
         return Err(RunError("--connections must be at least 1".into()));
@@ -492,6 +496,12 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         workers: args.workers,
         worker: 0,
     };
+    if target.mode == "default" && target.probe.nodes.len() > 1 {
+        let counts = cluster::wait_for_app_servers(&target.probe, APP_SERVER_WAIT).await?;
+        if !args.quiet {
+            eprintln!("app-server connections per node: {counts:?}");
+        }
+    }
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let snap_before = target.probe.snapshot().await;
     let service_before = snap_before.service();

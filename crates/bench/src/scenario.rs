@@ -243,8 +243,11 @@ pub struct RunArgs {
     pub service_pid: Option<u32>,
     /// Start a cluster of N nodes (with --service-bin): a redis-server (or --redis-url) and
     /// N `switchyard serve --redis … --node-id nI`. Client connections are spread
-    /// round-robin over the nodes; REST calls enter node 1 (see --rest-node). Serverless
-    /// scenarios, idle and connect-rate only (app servers on every node: issue 11).
+    /// round-robin over the nodes (straight to their node, with a token signed by the
+    /// key); REST calls enter node 1 (see --rest-node). Default-mode scenarios start one
+    /// app server that knows node 1 only (as an SDK given one node's connection string);
+    /// the other nodes ask it to connect to them too, and the run waits until every node
+    /// holds a connection from it.
     #[arg(long, requires = "service_bin")]
     pub nodes: Option<u32>,
     /// The Redis of the cluster (`redis://127.0.0.1:6379`): with --nodes, use it instead of

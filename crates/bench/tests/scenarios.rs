@@ -369,23 +369,9 @@ async fn rest_scenarios_across_two_nodes() {
     }
 }
 
-/// Several nodes serve serverless scenarios only (for now): the others are refused before
-/// anything starts.
+/// `--nodes` starts the nodes itself, so it needs the binary.
 #[tokio::test]
-async fn several_nodes_refuse_default_mode_scenarios() {
-    let outcome = bench(
-        "nodes-echo",
-        &[
-            "echo",
-            "--service-bin",
-            "/nonexistent/switchyard",
-            "--nodes",
-            "3",
-        ],
-    )
-    .await;
-    assert_eq!(outcome.code, 2, "{}", outcome.stderr);
-    assert!(outcome.stderr.contains("issue 11"), "{}", outcome.stderr);
+async fn nodes_need_a_service_bin() {
     let outcome = bench("nodes-without-service", &["rest-broadcast", "--nodes", "3"]).await;
     assert_eq!(outcome.code, 2, "{}", outcome.stderr);
     assert!(
@@ -393,6 +379,90 @@ async fn several_nodes_refuse_default_mode_scenarios() {
         "{}",
         outcome.stderr
     );
+}
+
+/// `n` nodes of one cluster on a real redis-server, in this process (each with its own
+/// backplane, as separate processes would have).
+async fn redis_nodes(redis: &switchyard_testkit::RedisServer, n: usize) -> Vec<TestServer> {
+    use std::sync::Arc;
+    use switchyard_backplane::Backplane;
+    use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
+
+    let mut nodes = Vec::new();
+    for i in 1..=n {
+        let backplane: Arc<dyn Backplane> =
+            RedisBackplane::connect(RedisSettings::new(redis.url()))
+                .await
+                .unwrap();
+        nodes.push(
+            TestServer::start_on(
+                switchyard_node::Config::default(),
+                backplane,
+                &format!("n{i}"),
+            )
+            .await,
+        );
+    }
+    nodes
+}
+
+/// Default mode on two nodes: the tool's app server is given the first node's connection
+/// string only, the second node asks it to connect there too, and the run starts once it
+/// has; clients alternate between the nodes and are served where they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_mode_scenarios_across_two_nodes() {
+    let redis = switchyard_testkit::RedisServer::start();
+    let nodes = redis_nodes(&redis, 2).await;
+    let cs = nodes[0].connection_string();
+    let endpoints = format!("{},{}", nodes[0].http(), nodes[1].http());
+    let redis_url = redis.url();
+    let cluster = [
+        "--connection-string",
+        cs.as_str(),
+        "--client-endpoints",
+        endpoints.as_str(),
+        "--redis-url",
+        redis_url.as_str(),
+        "-c",
+        "10",
+        "--server-connections",
+        "2",
+    ];
+    for (scenario, extra, fanout) in [
+        ("echo", vec![], 1),
+        ("send-to-connection", vec![], 1),
+        ("broadcast", vec!["-s", "2"], 10),
+        ("send-to-group", vec!["--group-size", "5"], 5),
+    ] {
+        let mut all = cluster.to_vec();
+        all.extend(extra);
+        let outcome = bench(scenario, &args(scenario, &all)).await;
+        let report = assert_complete(scenario, &outcome);
+        assert_eq!(report.mode, "default");
+        assert_eq!(report.counts.expected, report.counts.sent * fanout);
+        let context = format!("{scenario}: {:#?}\n{}", report.cluster, outcome.stdout);
+        let cluster = report.cluster.as_ref().expect("a cluster section");
+        // Half the clients on each node, each served there.
+        assert!(
+            cluster.nodes.iter().all(|n| n.connections == 5),
+            "{context}"
+        );
+        let redis = cluster.redis.as_ref().expect("Redis counters");
+        if scenario == "echo" {
+            // Answered on the caller's own node: nothing needs to cross.
+            continue;
+        }
+        // Connection g sends to g + 1 (the other node); broadcasts and groups reach
+        // receivers on both: messages cross through Redis, and the second node reads them.
+        assert!(redis.publish_calls > 0, "{context}");
+        assert!(
+            cluster
+                .nodes
+                .iter()
+                .all(|n| n.backplane_received.is_some_and(|r| r > 0)),
+            "{context}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
