@@ -42,6 +42,11 @@ enum Command {
     RestJoinLeaveGroup(RunArgs),
     /// Senders alternate JoinGroup and LeaveGroup, each acknowledged (Default mode).
     JoinLeaveGroup(RunArgs),
+    /// dotNetify's chat rooms: rooms of --group-size (100); 10 % post every 11 s, 20 % every
+    /// 59 s, to their room through the app server's SendToGroup (Default mode).
+    ChatRoom(RunArgs),
+    /// The chat rooms serverless: members join by REST, posts are REST sends to the room.
+    RestChatRoom(RunArgs),
     /// Open connections on a timetable (--connect-rate) and measure connect latency.
     ConnectRate(RunArgs),
     /// Hold connections open and measure the service's memory per connection.
@@ -90,6 +95,8 @@ fn main() -> ExitCode {
             Command::RestSendToConnection(a) => (Scenario::RestSendToConnection, a.clone()),
             Command::RestJoinLeaveGroup(a) => (Scenario::RestJoinLeaveGroup, a.clone()),
             Command::JoinLeaveGroup(a) => (Scenario::JoinLeaveGroup, a.clone()),
+            Command::ChatRoom(a) => (Scenario::ChatRoom, a.clone()),
+            Command::RestChatRoom(a) => (Scenario::RestChatRoom, a.clone()),
             Command::ConnectRate(a) => (Scenario::ConnectRate, a.clone()),
             Command::Idle(a) => (Scenario::Idle, a.clone()),
             _ => return None,

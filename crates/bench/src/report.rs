@@ -553,7 +553,15 @@ pub fn describe(report: &Report) -> (String, String) {
         fmt_count(report.connections),
         fmt_count(report.message_size as u64)
     );
-    if report.send_interval_ms > 0.0 {
+    if report.scenario.ends_with("chat-room") && report.send_interval_ms > 0.0 {
+        // The profile's posters, in the run's intervals.
+        let _ = write!(
+            second,
+            ", 10 % post every {} ms and 20 % every {} ms",
+            fmt_number(report.send_interval_ms * crate::scenario::CHATTY_INTERVALS),
+            fmt_number(report.send_interval_ms * crate::scenario::CASUAL_INTERVALS)
+        );
+    } else if report.send_interval_ms > 0.0 {
         let _ = write!(second, " every {} ms", fmt_number(report.send_interval_ms));
     }
     if let (Some(size), Some(groups)) = (report.group_size, report.groups) {

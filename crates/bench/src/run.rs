@@ -20,7 +20,7 @@ use crate::children::Children;
 use crate::cluster::{self, Node, Probe, Redis, Snapshot};
 use crate::procstat::{self, Sample};
 use crate::report;
-use crate::scenario::{Endpoint, Plan, RestTarget, RunArgs, Scenario};
+use crate::scenario::{Endpoint, Plan, RestTarget, RunArgs, Scenario, DEFAULT_ROOM_SIZE};
 use crate::stats::{Bucket, BucketExport, Live};
 use crate::worker::{self, instant_at, now_ms, Command, Event};
 
@@ -415,6 +415,20 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
             "MessagePack is binary and cannot travel over Server-Sent Events: use -p json or another transport".into(),
         ));
     }
+    if scenario.is_chat_room() {
+        // The profile fixes who posts and how often.
+        if args.senders.is_some() || args.steps > 1 || args.groups.is_some() {
+            return Err(RunError(format!(
+                "{}: the profile fixes the posters (10 % of each room every 11 send \
+                 intervals, 20 % every 59): no --senders, --steps or --groups (rooms are \
+                 --group-size members, default {DEFAULT_ROOM_SIZE})",
+                scenario.name()
+            )));
+        }
+        if args.group_size == Some(0) {
+            return Err(RunError("--group-size must be at least 1".into()));
+        }
+    }
     if matches!(scenario, Scenario::SendToGroup | Scenario::RestSendToGroup)
         && args.group_size.is_none()
         && args.groups.is_none()
@@ -473,7 +487,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         Scenario::JoinLeaveGroup | Scenario::RestJoinLeaveGroup
     ) && args.group_size.is_none())
     .then_some(10));
-    let plan = Plan {
+    let mut plan = Plan {
         scenario,
         hub: args.hub.clone(),
         endpoint: target.endpoint.clone(),
@@ -488,7 +502,9 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         drain_seconds: args.drain.as_secs_f64(),
         message_size: args.message_size,
         interval_ms: args.send_interval.as_secs_f64() * 1000.0,
-        group_size: args.group_size,
+        group_size: args
+            .group_size
+            .or(scenario.is_chat_room().then_some(DEFAULT_ROOM_SIZE)),
         groups,
         connect_rate: args.connect_rate,
         max_connecting: args.max_connecting,
@@ -496,6 +512,9 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         workers: args.workers,
         worker: 0,
     };
+    if scenario.is_chat_room() {
+        plan.senders = plan.posters();
+    }
     if target.mode == "default" && target.probe.nodes.len() > 1 {
         let counts = cluster::wait_for_app_servers(&target.probe, APP_SERVER_WAIT).await?;
         if !args.quiet {
@@ -826,7 +845,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         connections: args.connections,
         message_size: args.message_size,
         send_interval_ms: plan.interval_ms,
-        group_size: args.group_size,
+        group_size: plan.group_size,
         groups: plan.groups,
         workers: args.workers as usize,
         started_at,

@@ -32,6 +32,14 @@ pub enum Scenario {
     RestJoinLeaveGroup,
     /// Senders alternate `JoinGroup` / `LeaveGroup`, each acknowledged (latency = ack).
     JoinLeaveGroup,
+    /// dotNetify's chat-room profile (Default mode): rooms (groups) of --group-size members
+    /// (100 by default), each member joined at connect; 10 % of members post every 11 send
+    /// intervals, 20 % every 59, the rest only read; a post (`SendToGroup`) reaches the
+    /// whole room.
+    ChatRoom,
+    /// The chat room serverless: members join by REST, and a post is a REST send to the
+    /// poster's room.
+    RestChatRoom,
     /// Connections opened on a timetable (latency = negotiate + connect + handshake).
     ConnectRate,
     /// Connections held open; the service's memory per connection.
@@ -51,6 +59,8 @@ impl Scenario {
             Scenario::RestSendToConnection => "rest-send-to-connection",
             Scenario::RestJoinLeaveGroup => "rest-join-leave-group",
             Scenario::JoinLeaveGroup => "join-leave-group",
+            Scenario::ChatRoom => "chat-room",
+            Scenario::RestChatRoom => "rest-chat-room",
             Scenario::ConnectRate => "connect-rate",
             Scenario::Idle => "idle",
         }
@@ -65,6 +75,7 @@ impl Scenario {
                 | Scenario::SendToGroup
                 | Scenario::SendToConnection
                 | Scenario::JoinLeaveGroup
+                | Scenario::ChatRoom
         )
     }
 
@@ -77,6 +88,23 @@ impl Scenario {
                 | Scenario::RestSendToGroup
                 | Scenario::RestSendToConnection
                 | Scenario::RestJoinLeaveGroup
+                | Scenario::RestChatRoom
+        )
+    }
+
+    /// The chat-room profile (its posters and timetable are fixed by the profile).
+    pub fn is_chat_room(self) -> bool {
+        matches!(self, Scenario::ChatRoom | Scenario::RestChatRoom)
+    }
+
+    /// Members join groups at connect and messages go to a group.
+    pub fn uses_groups(self) -> bool {
+        matches!(
+            self,
+            Scenario::SendToGroup
+                | Scenario::RestSendToGroup
+                | Scenario::ChatRoom
+                | Scenario::RestChatRoom
         )
     }
 
@@ -106,6 +134,13 @@ impl Scenario {
         }
     }
 }
+
+/// Chat rooms: a chatty poster posts every this many send intervals (11 s at the default
+/// 1 s), a casual one every [`CASUAL_INTERVALS`] (59 s).
+pub const CHATTY_INTERVALS: f64 = 11.0;
+pub const CASUAL_INTERVALS: f64 = 59.0;
+/// Members per chat room unless --group-size says otherwise.
+pub const DEFAULT_ROOM_SIZE: u64 = 100;
 
 /// Where clients connect and how.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -216,6 +251,47 @@ impl Plan {
         }
     }
 
+    /// How often connection (or REST caller) `g` sends, in ms: the plan's interval, or in a
+    /// chat room that of its member's kind — the first tenth of each room's members (by
+    /// position) are chatty, the next two tenths casual, and the rest lurkers (`None`).
+    /// Positions in a room are consecutive connections, so posters are spread over the
+    /// nodes and workers like everyone else.
+    pub fn interval_of(&self, g: u64) -> Option<f64> {
+        if !self.scenario.is_chat_room() {
+            return Some(self.interval_ms);
+        }
+        let size = self.group_size.unwrap_or(DEFAULT_ROOM_SIZE).max(1);
+        let position = g % size;
+        // The last room may be smaller.
+        let members = size.min(self.connections - g / size * size);
+        if 10 * position < members {
+            Some(self.interval_ms * CHATTY_INTERVALS)
+        } else if 10 * position < 3 * members {
+            Some(self.interval_ms * CASUAL_INTERVALS)
+        } else {
+            None
+        }
+    }
+
+    /// Chat-room posters: how many connections post.
+    pub fn posters(&self) -> u64 {
+        (0..self.connections)
+            .filter(|&g| self.interval_of(g).is_some())
+            .count() as u64
+    }
+
+    /// A chat-room poster's phase in its interval, in [0, 1): fixed per connection (a hash of
+    /// `g`), so that every worker and every run agree, and random enough that posts arrive
+    /// smoothly rather than in bursts.
+    pub fn phase_of(g: u64) -> f64 {
+        // SplitMix64's finaliser.
+        let mut z = g.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// Length of sending, steps included (warm-up not).
     pub fn send_seconds(&self) -> f64 {
         self.step_seconds * f64::from(self.steps.max(1))
@@ -299,7 +375,7 @@ pub struct RunArgs {
     pub connections: u64,
     /// Sending connections (REST callers) — the last step's count when stepping up.
     /// Default: all connections (echo, small groups, connection, join/leave, REST send to
-    /// user), 20 for big groups (--groups), 10 for broadcasts.
+    /// user), 20 for big groups (--groups), 10 for broadcasts; chat rooms fix their own.
     #[arg(long, short = 's')]
     pub senders: Option<u64>,
     /// Steps: senders rise in equal shares up to --senders; stops after the first step that
@@ -327,7 +403,8 @@ pub struct RunArgs {
     /// json | messagepack.
     #[arg(long, short = 'p', default_value = "json")]
     pub protocol: String,
-    /// send-to-group: members per group (Azure's small groups: 10).
+    /// send-to-group: members per group (Azure's small groups: 10); chat-room: members per
+    /// room (default 100).
     #[arg(long, conflicts_with = "groups")]
     pub group_size: Option<u64>,
     /// send-to-group / join-leave-group: number of groups (Azure's big groups: 10).

@@ -130,8 +130,12 @@ impl Schedule {
     }
 
     /// When sender `g` (of `senders`) first sends: from the warm-up if it sends in step 1,
-    /// else from its step; spread evenly over one interval.
+    /// else from its step; spread evenly over one interval. A chat room's posters start in
+    /// the warm-up at their own phase of their interval.
     fn first_due(&self, plan: &Plan, g: u64) -> Option<f64> {
+        if plan.scenario.is_chat_room() {
+            return Some(self.start_ms + plan.interval_of(g)? * Plan::phase_of(g));
+        }
         let step = plan.first_step_of(g)?;
         let begin = if step == 1 {
             self.start_ms
@@ -173,7 +177,7 @@ impl Shared {
     fn fanout(&self, g: u64) -> u64 {
         match self.plan.scenario {
             Scenario::Broadcast | Scenario::RestBroadcast => self.connected,
-            Scenario::SendToGroup => self
+            Scenario::SendToGroup | Scenario::ChatRoom | Scenario::RestChatRoom => self
                 .plan
                 .group_of(g)
                 .and_then(|group| self.group_members.get(&group).copied())
@@ -351,10 +355,7 @@ pub async fn run(
     let mut failed = failed;
     failed.sort_unstable();
     let mut group_members = HashMap::new();
-    if matches!(
-        plan.scenario,
-        Scenario::SendToGroup | Scenario::RestSendToGroup
-    ) {
+    if plan.scenario.uses_groups() {
         for g in (0..plan.connections).filter(|g| failed.binary_search(g).is_err()) {
             if let Some(group) = plan.group_of(g) {
                 *group_members.entry(group).or_insert(0u64) += 1;
@@ -406,7 +407,15 @@ pub async fn run(
             shared.plan.scenario,
             Scenario::RestSendToConnection | Scenario::RestJoinLeaveGroup
         );
-        for c in (0..shared.plan.senders).filter(|&c| shared.plan.owns(c)) {
+        // A chat room's posters are its members: poster g calls for connection g.
+        let callers: Vec<u64> = if shared.plan.scenario.is_chat_room() {
+            (0..shared.plan.connections)
+                .filter(|&g| shared.plan.interval_of(g).is_some() && ids_by_g.contains_key(&g))
+                .collect()
+        } else {
+            (0..shared.plan.senders).collect()
+        };
+        for c in callers.into_iter().filter(|&c| shared.plan.owns(c)) {
             // Caller c addresses connection c, which this worker holds (same share); a
             // connection that failed has no caller.
             let connection_id = match per_connection {
@@ -642,8 +651,11 @@ async fn connect_one(
         .await
         .map_err(|e| format!("connect: {e}"))?;
     // Serverless: members join by REST (the call returns once the membership holds).
-    if let (Scenario::RestSendToGroup, Endpoint::Service { .. }, Some(rest)) =
-        (plan.scenario, &plan.endpoint, &plan.rest)
+    if let (
+        Scenario::RestSendToGroup | Scenario::RestChatRoom,
+        Endpoint::Service { .. },
+        Some(rest),
+    ) = (plan.scenario, &plan.endpoint, &plan.rest)
     {
         if let Some(group) = plan.group_of(g) {
             let base = plan.rest_base_of(rest, g).unwrap_or_default();
@@ -662,10 +674,7 @@ async fn connect_one(
                 return Err(format!("join group by REST: status {}", response.status()));
             }
         }
-    } else if matches!(
-        plan.scenario,
-        Scenario::SendToGroup | Scenario::RestSendToGroup
-    ) {
+    } else if plan.scenario.uses_groups() {
         if let Some(group) = plan.group_of(g) {
             let frame = wire::invocation(
                 conn.format(),
@@ -732,7 +741,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
     } else {
         None
     };
-    let interval_ms = plan.interval_ms;
+    let interval_ms = plan.interval_of(g).unwrap_or(plan.interval_ms);
     let mut seq = 0u64;
     let mut tracker = SeqTracker::default();
     let mut finish = shared.finish.clone();
@@ -770,7 +779,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                         let (method, arguments) = match scenario {
                             Scenario::Echo => ("Echo", vec![ts, payload]),
                             Scenario::Broadcast => ("Broadcast", vec![ts, payload]),
-                            Scenario::SendToGroup => ("SendToGroup", vec![group.clone(), ts, payload]),
+                            Scenario::SendToGroup | Scenario::ChatRoom => ("SendToGroup", vec![group.clone(), ts, payload]),
                             _ => ("SendToConnection", vec![target.clone(), ts, payload]),
                         };
                         wire::invocation(shared.format, method, None, arguments)
@@ -867,6 +876,12 @@ async fn rest_caller(
             plan.hub,
             group_name(plan.rest_group_of(c).unwrap_or_default())
         ),
+        // A poster sends to its own room.
+        Scenario::RestChatRoom => format!(
+            "api/hubs/{}/groups/{}/:send?api-version=2022-06-01",
+            plan.hub,
+            group_name(plan.group_of(c).unwrap_or_default())
+        ),
         Scenario::RestSendToConnection => format!(
             "api/hubs/{}/connections/{}/:send?api-version=2022-06-01",
             plan.hub,
@@ -886,6 +901,7 @@ async fn rest_caller(
     let token = rest_token(&rest, &url);
     let membership = plan.scenario == Scenario::RestJoinLeaveGroup;
     let fanout = shared.fanout(c);
+    let interval_ms = plan.interval_of(c).unwrap_or(plan.interval_ms);
     let mut due_ms = shared.schedule.first_due(plan, c);
     let mut seq = 0u64;
     let mut finish = shared.finish.clone();
@@ -920,7 +936,7 @@ async fn rest_caller(
                 .body(body)
         };
         seq += 1;
-        due_ms = Some(due + plan.interval_ms);
+        due_ms = Some(due + interval_ms);
         let permit = tokio::select! {
             permit = permits.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
@@ -953,7 +969,7 @@ async fn rest_caller(
             }
         });
     }
-    shared.unsent(due_ms, plan.interval_ms, fanout);
+    shared.unsent(due_ms, interval_ms, fanout);
 }
 
 /// A REST call that takes longer is abandoned (its deliveries count as lost if missing).
@@ -1023,6 +1039,41 @@ mod tests {
         p.group_size = None;
         p.groups = Some(7);
         assert_eq!(p.group_of(25), Some(4));
+    }
+
+    #[test]
+    fn chat_room_posters_and_phases() {
+        let mut p = plan(0, 1);
+        p.scenario = Scenario::ChatRoom;
+        p.connections = 250;
+        p.group_size = Some(100);
+        // Full rooms: 10 chatty (every 11 intervals), 20 casual (every 59), 70 lurkers; the
+        // last room of 50: 5 and 10.
+        assert_eq!(p.interval_of(0), Some(11_000.0));
+        assert_eq!(p.interval_of(109), Some(11_000.0));
+        assert_eq!(p.interval_of(110), Some(59_000.0));
+        assert_eq!(p.interval_of(129), Some(59_000.0));
+        assert_eq!(p.interval_of(130), None);
+        assert_eq!(p.interval_of(204), Some(11_000.0));
+        assert_eq!(p.interval_of(205), Some(59_000.0));
+        assert_eq!(p.interval_of(214), Some(59_000.0));
+        assert_eq!(p.interval_of(215), None);
+        assert_eq!(p.posters(), 30 + 30 + 15);
+        // Phases: in [0, 1), fixed per connection, spread out.
+        let phases: Vec<f64> = (0..1000).map(Plan::phase_of).collect();
+        assert!(phases.iter().all(|f| (0.0..1.0).contains(f)));
+        assert_eq!(Plan::phase_of(7), Plan::phase_of(7));
+        let early = phases.iter().filter(|&&f| f < 0.5).count();
+        assert!((400..600).contains(&early), "{early}");
+        let s = Schedule::new(&p, 1000.0);
+        assert_eq!(s.first_due(&p, 130), None);
+        assert_eq!(
+            s.first_due(&p, 3),
+            Some(1000.0 + 11_000.0 * Plan::phase_of(3))
+        );
+        // Other scenarios keep the plan's interval.
+        p.scenario = Scenario::SendToGroup;
+        assert_eq!(p.interval_of(130), Some(1000.0));
     }
 
     #[test]

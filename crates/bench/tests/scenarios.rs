@@ -465,6 +465,158 @@ async fn default_mode_scenarios_across_two_nodes() {
     }
 }
 
+/// The exact number of posts a chat room of `connections` in rooms of `size` makes in
+/// `seconds` at `interval_ms` (posts start at their phase at time 0; no warm-up).
+fn chat_posts(connections: u64, size: u64, interval_ms: f64, seconds: f64) -> u64 {
+    use switchyard_bench::scenario::Plan;
+    let plan = Plan {
+        scenario: switchyard_bench::scenario::Scenario::ChatRoom,
+        hub: "bench".into(),
+        endpoint: switchyard_bench::scenario::Endpoint::Hub { url: String::new() },
+        rest: None,
+        transport: "websockets".into(),
+        protocol: "json".into(),
+        connections,
+        senders: 0,
+        steps: 1,
+        step_seconds: seconds,
+        warmup_seconds: 0.0,
+        drain_seconds: 0.0,
+        message_size: 0,
+        interval_ms,
+        group_size: Some(size),
+        groups: None,
+        connect_rate: 1.0,
+        max_connecting: 1,
+        source_addresses: Vec::new(),
+        workers: 1,
+        worker: 0,
+    };
+    let end = seconds * 1000.0;
+    (0..connections)
+        .filter_map(|g| Some((plan.interval_of(g)?, Plan::phase_of(g))))
+        .map(|(every, phase)| {
+            let first = every * phase;
+            if first >= end {
+                0
+            } else {
+                ((end - first) / every).ceil() as u64
+            }
+        })
+        .sum()
+}
+
+const CHAT: [&str; 6] = [
+    "--duration",
+    "3s",
+    "--send-interval",
+    "100ms",
+    "--drain",
+    "2s",
+];
+
+/// Checks a chat-room run of 40 connections in rooms of 20: 2 chatty and 4 casual posters
+/// per room, every post delivered to its whole room.
+fn assert_chat(name: &str, outcome: &Outcome) -> Report {
+    let report = assert_complete(name, outcome);
+    assert_eq!(report.group_size, Some(20));
+    assert_eq!(report.steps[0].senders, 12, "{name}");
+    assert_eq!(
+        report.counts.sent,
+        chat_posts(40, 20, 100.0, 3.0),
+        "{name}: {:?}",
+        report.counts
+    );
+    assert_eq!(report.counts.expected, report.counts.sent * 20);
+    assert!(
+        outcome.stdout.contains("publishes no figures"),
+        "{}",
+        outcome.stdout
+    );
+    assert!(
+        outcome.stdout.contains("10 % post every 1,100 ms"),
+        "{}",
+        outcome.stdout
+    );
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_room_default_and_serverless() {
+    let service = service().await;
+    let cs = service.connection_string.as_str();
+    let common = ["--connection-string", cs, "-c", "40", "--group-size", "20"];
+    // Serverless first: once an app server has connected, the hub is in Default mode and
+    // refuses clients while none is connected.
+    for (scenario, mode) in [("rest-chat-room", "serverless"), ("chat-room", "default")] {
+        let mut all = vec![scenario];
+        all.extend(CHAT);
+        all.extend(common);
+        let outcome = bench(scenario, &all).await;
+        let report = assert_chat(scenario, &outcome);
+        assert_eq!(report.mode, mode);
+    }
+    // The profile fixes the posters.
+    let outcome = bench(
+        "chat-senders",
+        &["chat-room", "--connection-string", cs, "-s", "5"],
+    )
+    .await;
+    assert_eq!(outcome.code, 2);
+    assert!(
+        outcome.stderr.contains("the profile fixes"),
+        "{}",
+        outcome.stderr
+    );
+}
+
+/// Both chat rooms on two nodes: every room has members on both, posters on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_rooms_across_two_nodes() {
+    let redis = switchyard_testkit::RedisServer::start();
+    let nodes = redis_nodes(&redis, 2).await;
+    let cs = nodes[0].connection_string();
+    let endpoints = format!("{},{}", nodes[0].http(), nodes[1].http());
+    let redis_url = redis.url();
+    // Serverless first (see chat_room_default_and_serverless).
+    for scenario in ["rest-chat-room", "chat-room"] {
+        let mut all = vec![scenario];
+        all.extend(CHAT);
+        all.extend([
+            "--connection-string",
+            cs.as_str(),
+            "--client-endpoints",
+            endpoints.as_str(),
+            "--redis-url",
+            redis_url.as_str(),
+            "-c",
+            "40",
+            "--group-size",
+            "20",
+            "--rest-node",
+            "all",
+        ]);
+        let outcome = bench(scenario, &all).await;
+        let report = assert_chat(scenario, &outcome);
+        let context = format!("{scenario}: {:#?}\n{}", report.cluster, outcome.stdout);
+        let cluster = report.cluster.as_ref().expect("a cluster section");
+        assert!(
+            cluster.nodes.iter().all(|n| n.connections == 20),
+            "{context}"
+        );
+        // One PUBLISH per post (the window's edges may move one across).
+        let redis = cluster.redis.as_ref().expect("Redis counters");
+        assert!(redis.publish_calls + 2 >= report.counts.sent, "{context}");
+        assert!(
+            cluster
+                .nodes
+                .iter()
+                .all(|n| n.backplane_received.is_some_and(|r| r > 0)),
+            "{context}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_leave_group_acks_every_operation() {
     let service = service().await;
