@@ -3,19 +3,52 @@
 # the same loads against one node without Redis, one node on Redis (`--nodes 1`) and three
 # nodes on one Redis (`--nodes 3`); switchyard-bench starts redis-server and the nodes itself
 # and stops them at the end. Reports (--summary-json) and tables go to target/bench-cluster/.
-# Usage: bench/cluster.sh [quick]   (quick: the 3,000-connection rows only; ~6 minutes)
-# The whole set takes about 25 minutes; every run is bounded by `timeout`.
+# Usage: bench/cluster.sh [quick|default|chat]
+#   quick:   the serverless 3,000-connection rows only (~6 minutes)
+#   default: Default-mode echo and send to connection, 3,000 connections (~7 minutes)
+#   chat:    the chat rooms, 10,000 connections in rooms of 100, both variants (~6 minutes)
+# The whole set takes about 40 minutes; every run is bounded by `timeout`.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 out=target/bench-cluster
 mkdir -p "$out"
-summary='Latency p50|Latency p99 |Lost|Service CPU|Service RSS|Redis|PUBLISH|memory per|Connects per|^  n'
+summary='App server CPU|Latency p50|Latency p99 |Lost|Service CPU|Service RSS|Redis|PUBLISH|memory per|Connects per|^  n'
 run_timeout=420
 RB=(-s 10 --send-interval 1s --message-size 2048 -d 20s --warmup 5s --drain 5s)
 two=(-w 2 --source-addresses 127.0.0.1,127.0.0.2)
 four=(--source-addresses 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4)
 conns=(3000)
 [ "${1:-}" = quick ] || conns=(3000 10000)
+what=${1:-all}
+case "$what" in all | quick | default | chat) ;; *) echo "usage: $0 [quick|default|chat]" >&2; exit 2 ;; esac
+
+# Default mode (docs: "Default mode across nodes"): every connection invokes once a second,
+# as the single-node rows do. On three nodes the app server is given n1's connection string
+# and the others ask it to connect to them; connection g sends to connection g + 1, which is
+# on the next node.
+if [ "$what" = all ] || [ "$what" = default ]; then
+  D=(-c 3000 --send-interval 1s --message-size 2048 -d 20s --warmup 5s --drain 5s)
+  for s in echo send-to-connection; do
+    run "$s-3000-single" "$s" "${S[@]}" "${D[@]}"
+    run "$s-3000-nodes1" "$s" "${S[@]}" --nodes 1 "${D[@]}"
+    run "$s-3000-nodes3" "$s" "${S[@]}" --nodes 3 "${D[@]}"
+  done
+  # The floor under those: the same connections and app server, 3 senders.
+  run echo-3000-floor-nodes1 echo "${S[@]}" --nodes 1 "${D[@]}" -s 3
+  run echo-3000-floor-nodes3 echo "${S[@]}" --nodes 3 "${D[@]}" -s 3
+fi
+
+# Chat rooms: 10,000 connections in rooms of 100 (1,000 post every 11 s, 2,000 every 59 s:
+# ~125 posts/s, ~12,500 deliveries/s). Serverless posts enter the poster's node
+# (--rest-node all).
+if [ "$what" = all ] || [ "$what" = chat ]; then
+  CH=(-c 10000 --group-size 100 -d 30s --warmup 5s --drain 5s "${two[@]}" --connect-rate 4000)
+  run chat-10000-single chat-room "${S[@]}" "${CH[@]}"
+  run chat-10000-nodes3 chat-room "${S[@]}" --nodes 3 "${CH[@]}"
+  run rchat-10000-single rest-chat-room "${S[@]}" "${CH[@]}"
+  run rchat-10000-nodes3 rest-chat-room "${S[@]}" --nodes 3 --rest-node all "${CH[@]}"
+fi
+[ "$what" = all ] || [ "$what" = quick ] || exit 0
 
 # REST broadcast, 10 callers at 1/s: one node, one node on Redis, three nodes (REST into n1).
 for c in "${conns[@]}"; do

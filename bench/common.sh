@@ -4,8 +4,9 @@
 # matching "$summary" (or the report's tail when none match).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ulimit -n 20000
-bin=target/release/switchyard
-bench=target/release/switchyard-bench
+# CARGO_TARGET_DIR, when set, is where cargo builds (and so where the binaries are).
+bin=${CARGO_TARGET_DIR:-target}/release/switchyard
+bench=${CARGO_TARGET_DIR:-target}/release/switchyard-bench
 [ -x "$bin" ] && [ -x "$bench" ] || cargo build --release -p switchyard -p switchyard-bench
 S=(--service-bin "$bin")
 
