@@ -387,6 +387,8 @@ pub async fn run(
         .iter()
         .map(|(g, c)| (*g, c.connection_id().to_owned()))
         .collect();
+    // send-to-connection: connection g (of this worker's g ≡ w mod W) sends to g + W, which is
+    // on another node unless W is a multiple of the node count.
     for (i, (g, conn)) in connections.into_iter().enumerate() {
         let target = ids.get((i + 1) % count.max(1)).cloned().unwrap_or_default();
         tasks.push(tokio::spawn(connection_task(
