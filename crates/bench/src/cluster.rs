@@ -125,7 +125,7 @@ impl Probe {
 /// in its `/metrics`), polling every 100 ms for at most `within`; the counts per node.
 /// The run's one app server knows the first node only: the others ask it (target pings
 /// after their presence heartbeat) to connect to them, and until it has, a client there is
-/// refused.
+/// refused or redirected to another node, which would skew the run's spread.
 pub async fn wait_for_app_servers(probe: &Probe, within: Duration) -> Result<Vec<u64>, String> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
