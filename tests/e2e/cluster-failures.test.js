@@ -258,12 +258,27 @@ describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, s
     assert.deepEqual({ lost: result.lost, duplicated: result.duplicated, reordered: result.reordered }, { lost: 0, duplicated: 0, reordered: 0 });
   });
 
-  it('a node stopped (SIGTERM): its clients are told to reconnect and do, the other nodes forget it at once', async () => {
+  it('a node stopped (SIGTERM): its clients are told to reconnect and do, nothing accepted for them before is dropped, the other nodes forget it at once', async () => {
     const hub = 'fail4';
     const by = await spread(app, hub, ['n1', 'n2'], 1, cluster.lb.baseUrl);
     const victims = by.get('n2');
     const victim = byId('n2');
     const lostBefore = await metric(byId('n1'), 'switchyard_cluster_nodes_lost');
+    // REST sends through n1 to a client of n2, until the SIGTERM: every send answered 202
+    // before the signal was accepted and must reach the client before its Close.
+    const target = victims[0];
+    const n1 = new Rest(byId('n1'));
+    let accepted = 0;
+    let sending = true;
+    const sender = (async () => {
+      while (sending) {
+        await n1.sendToConnection(hub, target.id, 'Measure', [accepted, 'term']);
+        if (sending) accepted += 1;
+      }
+    })();
+    await sleep(500);
+    sending = false;
+    await sender;
     victim.child.kill('SIGTERM');
     const forgotten = await until('n1 forgets n2', 4000, async () => (await metric(byId('n1'), 'switchyard_cluster_nodes_lost')) > lostBefore);
     console.log(`# n1 forgot n2 ${forgotten} ms after SIGTERM (no timeout: n2 said it was leaving)`);
@@ -274,6 +289,9 @@ describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, s
       await locate(h);
       assert.equal(h.node, 'n1');
     }
+    const got = target.inbox.all('Measure').filter((m) => m[1] === 'term').map((m) => m[0]);
+    console.log(`# ${got.length} of ${accepted} sends accepted before SIGTERM reached the client before its Close`);
+    assert.deepEqual(got, [...Array(accepted).keys()]);
     // It stays forgotten: no late heartbeat brought it back to be lost a second time.
     await sleep(NODE_TIMEOUT_MS + 2000);
     assert.equal(await metric(byId('n1'), 'switchyard_cluster_nodes_lost'), lostAfterLeave);

@@ -691,6 +691,26 @@ impl Executor {
         if payloads.is_empty() {
             return;
         }
+        // A connection this node holds is its channel's only reader: the copy through Redis
+        // would only come back to be dropped (measured: ~25 µs of service and ~15 µs of Redis
+        // CPU per message). Delivered here, in order with everything else this node publishes,
+        // whose local deliveries also happen at publish time. (App servers send to one
+        // connection as a list of one.)
+        let local = match &target {
+            Target::Connection(id) => self.holds(hub, id),
+            Target::Connections(ids) => ids.iter().all(|id| self.holds(hub, id)),
+            _ => false,
+        };
+        if local && self.in_cluster() {
+            let message = Message::Send {
+                hub: hub.clone(),
+                target,
+                payloads,
+            };
+            let delivered = self.router.apply(&message);
+            self.metrics.frames_delivered.inc_by(delivered as u64);
+            return;
+        }
         let channels = self.channels_for(hub, &target);
         self.publish(
             channels,
