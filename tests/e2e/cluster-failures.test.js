@@ -119,8 +119,8 @@ async function health(node) {
   return { status: res.status, degraded: res.headers.get('x-switchyard-health') === 'degraded' };
 }
 
-// The whole suite shares one cluster and takes about 80 s: more than the runner's per-test
-// timeout, which applies to the suite too.
+// The whole suite shares one cluster and takes about 80 s (package.json runs this file with a
+// longer timeout than the others').
 describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, switchyard-bench app-server)', { timeout: 240000 }, () => {
   let cluster;
   let app;
@@ -264,6 +264,7 @@ describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, s
     const victims = by.get('n2');
     const victim = byId('n2');
     const lostBefore = await metric(byId('n1'), 'switchyard_cluster_nodes_lost');
+    const nodesBefore = await metric(byId('n1'), 'switchyard_cluster_nodes');
     // REST sends through n1 to a client of n2, until the SIGTERM: every send answered 202
     // before the signal was accepted and must reach the client before its Close.
     const target = victims[0];
@@ -273,7 +274,7 @@ describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, s
     const sender = (async () => {
       while (sending) {
         await n1.sendToConnection(hub, target.id, 'Measure', [accepted, 'term']);
-        if (sending) accepted += 1;
+        accepted += 1;
       }
     })();
     await sleep(500);
@@ -295,6 +296,6 @@ describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, s
     // It stays forgotten: no late heartbeat brought it back to be lost a second time.
     await sleep(NODE_TIMEOUT_MS + 2000);
     assert.equal(await metric(byId('n1'), 'switchyard_cluster_nodes_lost'), lostAfterLeave);
-    assert.equal(await metric(byId('n1'), 'switchyard_cluster_nodes'), 1);
+    assert.equal(await metric(byId('n1'), 'switchyard_cluster_nodes'), nodesBefore - 1);
   });
 });

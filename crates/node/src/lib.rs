@@ -299,11 +299,27 @@ impl Node {
         }
     }
 
+    /// Before a shutdown closes the clients: what other nodes accepted for them before the
+    /// shutdown began is in flight through Redis. Waits a moment for their publishers to hand
+    /// it over, then until a question this node asks itself comes back through Redis, by
+    /// when everything published before the question has been read and queued to clients.
+    async fn read_what_was_sent(&self) {
+        if !self.executor.in_cluster() {
+            return;
+        }
+        tokio::time::sleep(PUBLISH_GRACE).await;
+        let _ = tokio::time::timeout(SHUTDOWN_DRAIN, self.executor.ask_self()).await;
+    }
+
     /// Whether this node's backplane answers (always, on one node).
     pub fn backplane_healthy(&self) -> bool {
         self.executor.members().backplane_healthy()
     }
 }
+
+/// How long a shutting-down node gives other nodes' publishers to hand over what they
+/// accepted before it began (they publish as soon as they accept; this covers a busy queue).
+const PUBLISH_GRACE: Duration = Duration::from_millis(250);
 
 /// How long the backplane has to answer the once-a-second probe before the node counts it down.
 const BACKPLANE_PROBE: Duration = Duration::from_secs(1);
@@ -471,6 +487,7 @@ pub async fn serve_listeners(
         shutdown,
         move || async move {
             closing.leave();
+            closing.read_what_was_sent().await;
             closing.close_all_clients(SHUTDOWN_DRAIN).await
         },
         SHUTDOWN_GRACE,
