@@ -55,6 +55,51 @@ impl Children {
         .map_err(|e| format!("node {id}: {e}"))
     }
 
+    /// A node started again after [`Children::kill`]: the same id and port (clients and the
+    /// other nodes know it by its address), a new process and instance.
+    pub fn restart_node(
+        &mut self,
+        bin: &Path,
+        redis_url: &str,
+        id: &str,
+        port: u16,
+    ) -> Result<Started, String> {
+        let listen = format!("127.0.0.1:{port}");
+        let args = [
+            "serve",
+            "--listen",
+            &listen,
+            "--redis",
+            redis_url,
+            "--node-id",
+            id,
+        ];
+        // The killed process's port may take a moment to be free again.
+        let deadline = std::time::Instant::now() + START_WAIT;
+        loop {
+            match self.start(bin, &args, "ConnectionString: ") {
+                Ok(started) => return Ok(started),
+                Err(e) if std::time::Instant::now() > deadline => {
+                    return Err(format!("node {id} again on port {port}: {e}"))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    /// SIGKILL one of the started processes (a node or Redis) and reap it.
+    pub fn kill(&mut self, pid: u32) -> Result<(), String> {
+        for list in [&mut self.processes, &mut self.last] {
+            if let Some(i) = list.iter().position(|c| c.id() == pid) {
+                let mut child = list.remove(i);
+                let killed = child.kill();
+                let _ = child.wait();
+                return killed.map_err(|e| format!("kill {pid}: {e}"));
+            }
+        }
+        Err(format!("no started process has pid {pid}"))
+    }
+
     /// `redis-server` on 127.0.0.1 and a free port, without persistence, in a scratch
     /// directory; returns once it answers PING. The value is its `redis://` URL.
     pub fn start_redis(&mut self) -> Result<Started, String> {
@@ -62,13 +107,21 @@ impl Children {
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("a free port for redis-server: {e}"))?
             .port();
+        self.start_redis_on(port)
+    }
+
+    /// `redis-server` on `port` (a new one after [`Children::kill`] of the first: the nodes
+    /// reconnect to the same address).
+    pub fn start_redis_on(&mut self, port: u16) -> Result<Started, String> {
         let dir = std::env::temp_dir().join(format!(
             "switchyard-bench-redis-{}-{port}",
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        self.dirs.push(dir.clone());
+        if !self.dirs.contains(&dir) {
+            self.dirs.push(dir.clone());
+        }
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])

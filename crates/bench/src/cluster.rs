@@ -33,7 +33,7 @@ pub struct Probe {
     /// Scrape `/metrics` and Redis (cluster runs only: a single node is read from `/proc`
     /// alone, as before).
     pub cluster: bool,
-    http: reqwest::Client,
+    pub http: reqwest::Client,
 }
 
 /// Redis's own counters at one instant.
@@ -156,6 +156,53 @@ pub async fn wait_for_app_servers(probe: &Probe, within: Duration) -> Result<Vec
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A node's `switchyard_client_connections` now.
+pub async fn client_connections_of(http: &reqwest::Client, base: &str) -> Option<u64> {
+    let text = http
+        .get(format!("{base}metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    Some(parse_client_connections(&text))
+}
+
+/// `switchyard_client_connections` summed over its transports.
+pub fn parse_client_connections(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("switchyard_client_connections")?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once('}')?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.trim().parse::<f64>().ok()
+        })
+        .sum::<f64>() as u64
+}
+
+/// Whether a node answers `/api/health` without `x-switchyard-health: degraded` (its
+/// backplane answers).
+pub async fn healthy(http: &reqwest::Client, base: &str) -> bool {
+    match http.get(format!("{base}api/health")).send().await {
+        Ok(response) => {
+            response.status().is_success()
+                && !response.headers().contains_key("x-switchyard-health")
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether a node holds an app-server connection (`switchyard_server_connections` > 0).
+pub async fn serves_app_server(http: &reqwest::Client, base: &str) -> bool {
+    server_connections_of(http, base)
+        .await
+        .is_some_and(|c| c > 0)
 }
 
 async fn server_connections_of(http: &reqwest::Client, base: &str) -> Option<u64> {
@@ -397,6 +444,16 @@ mod tests {
         assert_eq!(parse_backplane("switchyard_connections 3\n"), None);
         let declared = "# TYPE switchyard_backplane_messages counter\nswitchyard_connections 3\n";
         assert_eq!(parse_backplane(declared), Some(Backplane::default()));
+    }
+
+    #[test]
+    fn reads_client_connections() {
+        let text = "# TYPE switchyard_client_connections gauge\n\
+                    switchyard_client_connections{transport=\"websockets\"} 7\n\
+                    switchyard_client_connections{transport=\"longpolling\"} 2\n\
+                    switchyard_client_connections_opened_total 40\n";
+        assert_eq!(parse_client_connections(text), 9);
+        assert_eq!(parse_client_connections("switchyard_connections 3\n"), 0);
     }
 
     #[test]
