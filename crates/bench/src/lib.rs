@@ -25,6 +25,7 @@ pub mod procstat;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod soak;
 pub mod stats;
 pub mod wire;
 pub mod worker;

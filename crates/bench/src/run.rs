@@ -21,6 +21,7 @@ use crate::cluster::{self, Node, Probe, Redis, Snapshot};
 use crate::procstat::{self, Sample};
 use crate::report;
 use crate::scenario::{Endpoint, Plan, RestTarget, RunArgs, Scenario, DEFAULT_ROOM_SIZE};
+use crate::soak::{self, Outage, PhaseCounts, PhaseMark, RssRow};
 use crate::stats::{Bucket, BucketExport, Live};
 use crate::worker::{self, instant_at, now_ms, Command, Event};
 
@@ -429,6 +430,29 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
             return Err(RunError("--group-size must be at least 1".into()));
         }
     }
+    if soak_enabled(args) {
+        if !scenario.is_chat_room() {
+            return Err(RunError(
+                "--kill-node-every and --restart-redis-at run with chat-room or rest-chat-room \
+                 (the soak's traffic)"
+                    .into(),
+            ));
+        }
+        if args.service_bin.is_none() || args.nodes.unwrap_or(0) < 2 || args.redis_url.is_some() {
+            return Err(RunError(
+                "a soak kills and starts the nodes and Redis itself: --service-bin with \
+                 --nodes 2 or more, without --redis-url"
+                    .into(),
+            ));
+        }
+        if args.rss_every.is_some_and(|d| d.is_zero())
+            || args.kill_node_every.is_some_and(|d| d.is_zero())
+        {
+            return Err(RunError(
+                "--rss-every and --kill-node-every must be more than 0".into(),
+            ));
+        }
+    }
     if matches!(scenario, Scenario::SendToGroup | Scenario::RestSendToGroup)
         && args.group_size.is_none()
         && args.groups.is_none()
@@ -467,7 +491,7 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
 /// Runs `scenario`; the report is written and printed before it returns.
 pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError> {
     validate(scenario, args)?;
-    let target = resolve_target(scenario, args)?;
+    let mut target = resolve_target(scenario, args)?;
     let senders = match args.senders {
         _ if !scenario.sends() => 0,
         Some(senders) => senders,
@@ -511,6 +535,7 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         source_addresses: args.source_addresses.clone(),
         workers: args.workers,
         worker: 0,
+        reconnect: soak_enabled(args),
     };
     if scenario.is_chat_room() {
         plan.senders = plan.posters();
@@ -606,6 +631,24 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
     let mut finals: Vec<Option<Final>> = vec![None; workers.len()];
     let mut stopped_after: Option<u64> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let (notes_tx, mut notes) = mpsc::unbounded_channel::<Note>();
+    let mut soak = soak_enabled(args).then(|| {
+        Soak::new(
+            args,
+            &target,
+            soak::Window {
+                start_ms,
+                measure_ms,
+                end_ms: measure_ms + step_ms * f64::from(steps),
+            },
+            notes_tx,
+        )
+    });
+    let mut rss_tick = tokio::time::interval(
+        soak.as_ref()
+            .map_or(Duration::from_secs(3600), |s| s.rss_every),
+    );
+    let mut finals_phases: Vec<Vec<PhaseCounts>> = Vec::new();
     progress.sending(plan.warmup_seconds + plan.send_seconds());
     // Workers end by themselves after the drain; this only bounds a stuck one.
     let deadline = instant_at(
@@ -618,7 +661,24 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             next_sample -= (step_ms / 2.0).min(1000.0);
         }
         let sampling = service_samples.len() <= steps as usize;
+        let chaos_at = soak.as_ref().and_then(Soak::next_at);
         tokio::select! {
+            // (The expression is evaluated even when disabled: a time an hour away.)
+            _ = sleep_until(instant_at(chaos_at.unwrap_or(now_ms() + 3_600_000.0))), if chaos_at.is_some() => {
+                if let Some(soak) = soak.as_mut() {
+                    soak.fire(&mut target, &workers)?;
+                }
+            }
+            Some(note) = notes.recv() => {
+                if let Some(soak) = soak.as_mut() {
+                    soak.note(note, &workers);
+                }
+            }
+            _ = rss_tick.tick(), if soak.is_some() => {
+                if let Some(soak) = soak.as_mut() {
+                    soak.sample_rss(&target.probe).await;
+                }
+            }
             _ = sleep_until(deadline) => {
                 return Err(RunError("a worker did not finish within a minute after the drain".into()));
             }
@@ -661,7 +721,23 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                             }
                         }
                     }
-                    Event::Final { steps, seconds, errors } => {
+                    Event::Sessions { outages } => {
+                        if let Some(soak) = soak.as_mut() {
+                            soak.outages.extend(outages);
+                            soak.sessions += 1;
+                            if soak.sessions == workers.len() {
+                                soak.settle_marks();
+                                for w in &workers {
+                                    w.send(Command::Account {
+                                        outages: soak.outages.clone(),
+                                        phases: soak.marks.clone(),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    Event::Final { steps, seconds, errors, phases } => {
+                        finals_phases.push(phases);
                         finals[index] = Some((steps, seconds, errors));
                         if finals.iter().all(Option::is_some) {
                             break;
@@ -885,6 +961,38 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             eprintln!("  {count}: {kind}");
         }
     }
+    if let Some(soak) = soak.as_ref() {
+        // The static expectation (every room member, all the time) does not hold with
+        // failures: the report's counts are the soak's, as its phases define them.
+        let phases = soak.merge(&finals_phases)?;
+        let all = phases.iter().fold(PhaseCounts::default(), |mut a, c| {
+            let _ = a.add(c);
+            a
+        });
+        let not_back: u64 = phases.iter().map(|c| c.not_reconnected).sum();
+        for counts in std::iter::once(&mut report.counts)
+            .chain(report.steps.iter_mut().map(|s| &mut s.counts))
+        {
+            counts.expected = all.expected;
+            counts.received = all.delivered;
+            counts.lost = all.lost();
+            counts.duplicated = all.duplicated;
+            counts.reordered = all.reordered;
+            counts.connections_failed = failed.len() as u64 + not_back;
+        }
+        report.passed = soak::passed(&soak.marks, &phases) && failed.is_empty();
+        write_outputs(&report, args.summary_json.as_ref(), args.chart.as_ref())?;
+        soak.print(&phases, &target.probe, args.rss_csv.as_ref())?;
+        if let Some(path) = &args.soak_json {
+            let names = target.probe.nodes.iter().map(|n| n.name.clone()).collect();
+            let out =
+                soak::SoakReport::new(&soak.marks, &phases, soak.window, names, soak.rss.clone());
+            let json = serde_json::to_string_pretty(&out).expect("the soak report serialises");
+            std::fs::write(path, json + "\n")
+                .map_err(|e| RunError(format!("--soak-json {}: {e}", path.display())))?;
+        }
+        return Ok(report);
+    }
     write_outputs(&report, args.summary_json.as_ref(), args.chart.as_ref())?;
     Ok(report)
 }
@@ -985,6 +1093,343 @@ fn write_outputs(
             .map_err(|e| RunError(format!("--chart {}: {e}", path.display())))?;
     }
     Ok(())
+}
+
+/// Whether the run is a soak (failures on a timetable).
+fn soak_enabled(args: &RunArgs) -> bool {
+    args.kill_node_every.is_some() || args.restart_redis_at.is_some()
+}
+
+/// What a soak does, at its time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chaos {
+    KillNode(usize),
+    StartNode(usize),
+    KillRedis,
+    StartRedis,
+}
+
+/// From a soak's background checks to the run loop.
+#[derive(Debug)]
+enum Note {
+    /// The node started again serves (holds an app-server connection, or its backplane
+    /// answers): clients may connect there again.
+    NodeServing(usize),
+    /// An event is over and traffic has settled.
+    Settled,
+}
+
+/// A soak's coordinator side: the failures' timetable, the phases, the outages the workers
+/// report, and the memory series.
+struct Soak {
+    /// Pending events, in time order.
+    timetable: std::collections::VecDeque<(f64, Chaos)>,
+    marks: Vec<PhaseMark>,
+    down: Vec<usize>,
+    /// Events not yet settled: "steady" only when none is.
+    busy: u32,
+    outages: Vec<Outage>,
+    sessions: usize,
+    rss: Vec<RssRow>,
+    rss_every: Duration,
+    window: soak::Window,
+    notes: mpsc::UnboundedSender<Note>,
+    default_mode: bool,
+    bin: PathBuf,
+}
+
+impl Soak {
+    fn new(
+        args: &RunArgs,
+        target: &Target,
+        window: soak::Window,
+        notes: mpsc::UnboundedSender<Note>,
+    ) -> Soak {
+        let nodes = target.probe.nodes.len();
+        // Room after each event for the node (or Redis) to come back and settle before
+        // sending ends, so every phase is complete.
+        let margin = 10_000.0;
+        let mut timetable = Vec::new();
+        if let Some(every) = args.kill_node_every {
+            let every = every.as_secs_f64() * 1000.0;
+            let down = args.node_down_for.as_secs_f64() * 1000.0;
+            // Nodes 2..N in turn (index 1..N-1): node 1 carries the app server's
+            // connections to the others and the REST calls.
+            for i in 1u64.. {
+                let at = window.measure_ms + every * i as f64;
+                if at + down + margin > window.end_ms {
+                    break;
+                }
+                let node = ((i - 1) % (nodes as u64 - 1) + 1) as usize;
+                timetable.push((at, Chaos::KillNode(node)));
+                timetable.push((at + down, Chaos::StartNode(node)));
+            }
+        }
+        if let Some(at) = args.restart_redis_at {
+            let at = window.measure_ms + at.as_secs_f64() * 1000.0;
+            let down = args.redis_down_for.as_secs_f64() * 1000.0;
+            if at + down + margin <= window.end_ms {
+                timetable.push((at, Chaos::KillRedis));
+                timetable.push((at + down, Chaos::StartRedis));
+            } else {
+                eprintln!(
+                    "--restart-redis-at: too late in the run (after {:.0} s of sending), skipped",
+                    (window.end_ms - window.measure_ms) / 1000.0
+                );
+            }
+        }
+        timetable.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Soak {
+            timetable: timetable.into(),
+            marks: vec![PhaseMark {
+                start_ms: window.measure_ms,
+                name: "steady".into(),
+            }],
+            down: Vec::new(),
+            busy: 0,
+            outages: Vec::new(),
+            sessions: 0,
+            rss: Vec::new(),
+            rss_every: args.rss_every.unwrap_or(Duration::from_secs(15)),
+            window,
+            notes,
+            default_mode: target.mode == "default",
+            bin: args.service_bin.clone().unwrap_or_default(),
+        }
+    }
+
+    fn next_at(&self) -> Option<f64> {
+        self.timetable.front().map(|(at, _)| *at)
+    }
+
+    fn clock(&self) -> String {
+        let s = ((now_ms() - self.window.measure_ms) / 1000.0).max(0.0) as u64;
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+
+    fn mark(&mut self, name: String) {
+        println!("[{}] phase: {name}", self.clock());
+        self.marks.push(PhaseMark {
+            start_ms: now_ms(),
+            name,
+        });
+    }
+
+    fn tell_workers(&self, workers: &[WorkerHandle]) {
+        for w in workers {
+            w.send(Command::Nodes {
+                down: self.down.clone(),
+            });
+        }
+    }
+
+    /// Runs the next event of the timetable.
+    fn fire(&mut self, target: &mut Target, workers: &[WorkerHandle]) -> Result<(), RunError> {
+        let Some((_, event)) = self.timetable.pop_front() else {
+            return Ok(());
+        };
+        match event {
+            Chaos::KillNode(i) => {
+                let node = &mut target.probe.nodes[i];
+                let pid = node
+                    .pid
+                    .take()
+                    .ok_or_else(|| RunError(format!("{} has no pid", node.name)))?;
+                let name = node.name.clone();
+                // The phase starts before the kill: its clients see the drop at once.
+                self.busy += 1;
+                self.mark(format!("{name} down"));
+                target._children.kill(pid)?;
+                println!("[{}] SIGKILL {name} (pid {pid})", self.clock());
+                self.down.push(i);
+                self.tell_workers(workers);
+            }
+            Chaos::StartNode(i) => {
+                let redis = target
+                    .probe
+                    .redis
+                    .as_ref()
+                    .map(|r| r.url.clone())
+                    .unwrap_or_default();
+                let node = &target.probe.nodes[i];
+                let (name, url) = (node.name.clone(), node.url.clone());
+                let port = url::Url::parse(&url)
+                    .ok()
+                    .and_then(|u| u.port())
+                    .ok_or_else(|| RunError(format!("{name}: no port in {url}")))?;
+                let started = target
+                    ._children
+                    .restart_node(&self.bin, &redis, &name, port)?;
+                target.probe.nodes[i].pid = Some(started.pid);
+                println!(
+                    "[{}] started {name} again (pid {}, port {port})",
+                    self.clock(),
+                    started.pid
+                );
+                self.mark(format!("{name} back"));
+                let (http, notes, default_mode) = (
+                    target.probe.http.clone(),
+                    self.notes.clone(),
+                    self.default_mode,
+                );
+                tokio::spawn(async move {
+                    // Default mode: clients there are refused until the app server (asked by
+                    // node 1) has connected to it. Bounded: after a minute clients may try
+                    // anyway (a refusal sends them elsewhere).
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while Instant::now() < deadline {
+                        let ready = if default_mode {
+                            cluster::serves_app_server(&http, &url).await
+                        } else {
+                            cluster::healthy(&http, &url).await
+                        };
+                        if ready {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    let _ = notes.send(Note::NodeServing(i));
+                    tokio::time::sleep(soak::SETTLE).await;
+                    let _ = notes.send(Note::Settled);
+                });
+            }
+            Chaos::KillRedis => {
+                let redis = target
+                    .probe
+                    .redis
+                    .as_mut()
+                    .ok_or_else(|| RunError("no Redis".into()))?;
+                let pid = redis
+                    .pid
+                    .take()
+                    .ok_or_else(|| RunError("Redis has no pid".into()))?;
+                self.busy += 1;
+                self.mark("redis down".into());
+                target._children.kill(pid)?;
+                println!("[{}] SIGKILL redis-server (pid {pid})", self.clock());
+            }
+            Chaos::StartRedis => {
+                let redis = target
+                    .probe
+                    .redis
+                    .as_mut()
+                    .ok_or_else(|| RunError("no Redis".into()))?;
+                let port = local_port_of(&redis.url)
+                    .ok_or_else(|| RunError(format!("no port in {}", redis.url)))?;
+                let started = target._children.start_redis_on(port)?;
+                redis.pid = Some(started.pid);
+                println!(
+                    "[{}] started redis-server again (pid {}, port {port})",
+                    self.clock(),
+                    started.pid
+                );
+                self.mark("redis back".into());
+                let http = target.probe.http.clone();
+                let urls: Vec<String> = target.probe.nodes.iter().map(|n| n.url.clone()).collect();
+                let notes = self.notes.clone();
+                tokio::spawn(async move {
+                    // Back when every node's backplane answers again (bounded).
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while Instant::now() < deadline {
+                        let mut all = true;
+                        for url in &urls {
+                            all &= cluster::healthy(&http, url).await;
+                        }
+                        if all {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    tokio::time::sleep(soak::SETTLE).await;
+                    let _ = notes.send(Note::Settled);
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn note(&mut self, note: Note, workers: &[WorkerHandle]) {
+        match note {
+            Note::NodeServing(i) => {
+                self.down.retain(|&d| d != i);
+                self.tell_workers(workers);
+                println!("[{}] node {} serves again", self.clock(), i + 1);
+            }
+            Note::Settled => {
+                self.busy = self.busy.saturating_sub(1);
+                if self.busy == 0 {
+                    self.mark("steady".into());
+                }
+            }
+        }
+    }
+
+    /// Marks after sending ended mean nothing (no post is due then).
+    fn settle_marks(&mut self) {
+        let end = self.window.end_ms;
+        self.marks.retain(|m| m.start_ms < end);
+    }
+
+    async fn sample_rss(&mut self, probe: &Probe) {
+        let mut nodes = Vec::new();
+        for node in &probe.nodes {
+            let rss = node.pid.and_then(procstat::sample).map(|s| s.rss_kb);
+            let clients = match rss {
+                Some(_) => cluster::client_connections_of(&probe.http, &node.url).await,
+                None => None,
+            };
+            nodes.push((rss, clients));
+        }
+        let redis_kb = probe
+            .redis
+            .as_ref()
+            .and_then(|r| r.pid)
+            .and_then(procstat::sample)
+            .map(|s| s.rss_kb);
+        self.rss.push(RssRow {
+            at_s: (now_ms() - self.window.measure_ms) / 1000.0,
+            nodes,
+            redis_kb,
+        });
+    }
+
+    /// Every worker's phases, summed.
+    fn merge(&self, finals: &[Vec<PhaseCounts>]) -> Result<Vec<PhaseCounts>, RunError> {
+        let mut phases = vec![PhaseCounts::default(); self.marks.len()];
+        for worker in finals {
+            for (total, counts) in phases.iter_mut().zip(worker) {
+                total.add(counts)?;
+            }
+        }
+        Ok(phases)
+    }
+
+    fn print(
+        &self,
+        phases: &[PhaseCounts],
+        probe: &Probe,
+        csv: Option<&PathBuf>,
+    ) -> Result<(), RunError> {
+        println!(
+            "{}",
+            soak::phase_table(
+                &self.marks,
+                phases,
+                self.window.measure_ms,
+                self.window.end_ms
+            )
+        );
+        let names: Vec<String> = probe.nodes.iter().map(|n| n.name.clone()).collect();
+        println!(
+            "{}",
+            soak::rss_table(&names, &self.rss, &self.marks, self.window.measure_ms)
+        );
+        if let Some(path) = csv {
+            std::fs::write(path, soak::rss_csv(&names, &self.rss))
+                .map_err(|e| RunError(format!("--rss-csv {}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
 }
 
 /// A worker as the coordinator sees it.

@@ -194,6 +194,11 @@ pub struct Plan {
     pub source_addresses: Vec<IpAddr>,
     pub workers: u32,
     pub worker: u32,
+    /// A soak with failures (--kill-node-every, --restart-redis-at): a client whose
+    /// connection drops connects again to another live node and joins its room again, and
+    /// the run counts per phase (see [`crate::soak`]).
+    #[serde(default)]
+    pub reconnect: bool,
 }
 
 impl Plan {
@@ -423,6 +428,34 @@ pub struct RunArgs {
     /// Load-generator processes (a process may hold at most ~19,000 connections here).
     #[arg(long, short = 'w', default_value_t = 1)]
     pub workers: u32,
+    /// Soak (chat-room, rest-chat-room; with --nodes 2 or more): SIGKILL a node this often
+    /// (from the start of measuring), in turn nodes 2..N, and start it again after
+    /// --node-down-for on the same port. Node 1 is never killed: the app server knows node 1
+    /// only and reaches the others through it, and REST enters node 1. Clients of the killed
+    /// node connect again to the live node holding the fewest of their process's clients
+    /// and join their room again; the report counts each phase apart.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub kill_node_every: Option<Duration>,
+    /// How long a killed node stays down.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub node_down_for: Duration,
+    /// Soak: SIGKILL redis-server this long after measuring starts and start it again on the
+    /// same port after --redis-down-for (once).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub restart_redis_at: Option<Duration>,
+    /// How long Redis stays down.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub redis_down_for: Duration,
+    /// Soak: sample every node's and Redis's memory (RSS) this often, printed as a series at
+    /// the end (default 15 s in a soak).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub rss_every: Option<Duration>,
+    /// Soak: also write the RSS series as CSV here.
+    #[arg(long)]
+    pub rss_csv: Option<PathBuf>,
+    /// Soak: write the phases, reconnect times and memory series (JSON) here.
+    #[arg(long)]
+    pub soak_json: Option<PathBuf>,
     /// Write the run's report (JSON) here.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,

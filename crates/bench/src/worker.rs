@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use crate::scenario::{Endpoint, Plan, RestTarget, Scenario};
+use crate::soak::{Ledger, Outage, PhaseCounts, PhaseMark};
 use crate::stats::{
     live_latency, Arrival, Bucket, BucketExport, Live, LiveCounters, SeqTracker, Stats,
 };
@@ -50,7 +51,13 @@ pub enum Event {
         steps: Vec<BucketExport>,
         seconds: Vec<BucketExport>,
         errors: Vec<(String, u64)>,
+        /// A soak's counts per phase (see [`crate::soak`]).
+        #[serde(default)]
+        phases: Vec<PhaseCounts>,
     },
+    /// A soak, after the drain: every outage of this worker's connections (the others'
+    /// receivers need them to know what they should have received).
+    Sessions { outages: Vec<Outage> },
     /// The worker could not run.
     Failed { error: String },
 }
@@ -67,6 +74,15 @@ pub enum Command {
     },
     /// Send nothing intended at or after `at_ms` (a step failed).
     Stop { at_ms: f64 },
+    /// A soak: the nodes killed and not yet serving again (by index); clients reconnect
+    /// elsewhere.
+    Nodes { down: Vec<usize> },
+    /// A soak, after every worker's [`Event::Sessions`]: all outages and the phases; the
+    /// worker counts and sends its Final.
+    Account {
+        outages: Vec<Outage>,
+        phases: Vec<PhaseMark>,
+    },
 }
 
 /// Milliseconds since the UNIX epoch.
@@ -162,6 +178,16 @@ struct Shared {
     stop_ms: watch::Receiver<f64>,
     /// Set when every task must end.
     finish: watch::Receiver<bool>,
+    /// A soak: the nodes down (from the coordinator), this worker's clients per node, and
+    /// what a reconnect needs.
+    nodes_down: watch::Receiver<Vec<usize>>,
+    node_load: Vec<std::sync::atomic::AtomicU64>,
+    transport: Transport,
+    http: Vec<reqwest::Client>,
+    rest_http: reqwest::Client,
+    /// Reconnects in flight at once are bounded like the first connects (--max-connecting):
+    /// thousands at the same instant would time out in the generator itself.
+    connecting: Arc<Semaphore>,
 }
 
 impl Shared {
@@ -340,7 +366,9 @@ pub async fn run(
                 connected,
                 failed,
             }) => break (start_ms, connected, failed),
-            Some(Command::Stop { .. }) => continue,
+            Some(Command::Stop { .. } | Command::Nodes { .. } | Command::Account { .. }) => {
+                continue
+            }
             None => {
                 ticker.abort();
                 return;
@@ -350,6 +378,7 @@ pub async fn run(
     let schedule = Schedule::new(&plan, start_ms);
     let (stop_tx, stop_rx) = watch::channel(f64::INFINITY);
     let (finish_tx, finish_rx) = watch::channel(false);
+    let (nodes_tx, nodes_rx) = watch::channel(Vec::new());
     let mut stats = Stats::new(plan.steps.max(1));
     stats.errors = std::mem::take(&mut errors.errors);
     let mut failed = failed;
@@ -362,7 +391,23 @@ pub async fn run(
             }
         }
     }
+    let node_count = match &plan.endpoint {
+        Endpoint::Service { bases, .. } => bases.len().max(1),
+        Endpoint::Hub { .. } => 1,
+    };
+    let node_load: Vec<std::sync::atomic::AtomicU64> = (0..node_count)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    for (g, _) in &connections {
+        node_load[crate::cluster::node_of(*g, node_count)].fetch_add(1, Relaxed);
+    }
     let shared = Arc::new(Shared {
+        nodes_down: nodes_rx,
+        node_load,
+        transport,
+        http: clients_by_address(&plan.source_addresses),
+        rest_http: connection::http_client(None),
+        connecting: Arc::new(Semaphore::new(plan.max_connecting.max(1))),
         group_members,
         padding: "x".repeat(plan.message_size),
         plan,
@@ -390,13 +435,17 @@ pub async fn run(
     // send-to-connection: connection g (of this worker's g ≡ w mod W) sends to g + W, which is
     // on another node unless W is a multiple of the node count.
     for (i, (g, conn)) in connections.into_iter().enumerate() {
+        if shared.plan.reconnect {
+            let node = crate::cluster::node_of(g, node_count);
+            tasks.push(tokio::spawn(soak_task(shared.clone(), g, conn, node)));
+            continue;
+        }
         let target = ids.get((i + 1) % count.max(1)).cloned().unwrap_or_default();
-        tasks.push(tokio::spawn(connection_task(
-            shared.clone(),
-            g,
-            conn,
-            target,
-        )));
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            connection_task(shared, g, conn, target).await;
+            None
+        }));
     }
     if shared.plan.scenario.is_rest() {
         // Not bound to the source addresses: a REST connection needs no spreading (a few
@@ -427,13 +476,11 @@ pub async fn run(
                 },
                 false => None,
             };
-            tasks.push(tokio::spawn(rest_caller(
-                shared.clone(),
-                c,
-                connection_id,
-                http.clone(),
-                permits.clone(),
-            )));
+            let (shared, http, permits) = (shared.clone(), http.clone(), permits.clone());
+            tasks.push(tokio::spawn(async move {
+                rest_caller(shared, c, connection_id, http, permits).await;
+                None
+            }));
         }
     }
 
@@ -464,17 +511,61 @@ pub async fn run(
                     stop_ms = stop_ms.min(at_ms);
                     let _ = stop_tx.send(stop_ms);
                 }
-                Some(Command::Start { .. }) => {}
+                Some(Command::Nodes { down }) => {
+                    let _ = nodes_tx.send(down);
+                }
+                Some(Command::Start { .. } | Command::Account { .. }) => {}
                 // The coordinator is gone: stop at once.
                 None => break,
             },
         }
     }
     let _ = finish_tx.send(true);
+    let mut ledgers = Vec::new();
     for task in tasks {
-        let _ = task.await;
+        if let Ok(Some(ledger)) = task.await {
+            ledgers.push(ledger);
+        }
     }
     ticker.abort();
+    let phases = if shared.plan.reconnect {
+        // Every worker's outages are needed to know what each receiver should have had.
+        let outages = ledgers
+            .iter()
+            .flat_map(|l| l.outages.iter().copied())
+            .collect();
+        let _ = events.send(Event::Sessions { outages });
+        let mut phases = Vec::new();
+        while let Some(command) = commands.recv().await {
+            if let Command::Account {
+                outages,
+                phases: marks,
+            } = command
+            {
+                let mut by_g: HashMap<u64, Vec<Outage>> = HashMap::new();
+                for outage in outages {
+                    by_g.entry(outage.g).or_default().push(outage);
+                }
+                let window = crate::soak::Window {
+                    start_ms: shared.schedule.start_ms,
+                    measure_ms: shared.schedule.measure_ms,
+                    end_ms: shared.schedule.end_ms.min(*shared.stop_ms.borrow()),
+                };
+                phases = crate::soak::account(
+                    &shared.plan,
+                    window,
+                    &shared.failed,
+                    &by_g,
+                    &marks,
+                    &ledgers,
+                );
+                break;
+            }
+        }
+        phases
+    } else {
+        Vec::new()
+    };
     let stats = shared.stats.lock();
     let _ = events.send(Event::Live {
         live: shared.live.snapshot(),
@@ -494,6 +585,7 @@ pub async fn run(
             .map(|(i, b)| b.export(i as u64))
             .collect(),
         errors: stats.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        phases,
     });
 }
 
@@ -547,19 +639,10 @@ async fn connect_all(
     };
     let mut attempts = Vec::new();
     for g in (0..plan.connections).filter(|&g| plan.owns(g)) {
-        let source = (g as usize) / nodes;
         let due = first + g as f64 * 1000.0 / rate;
         sleep_until(instant_at(due)).await;
         let permit = permits.clone().acquire_owned().await.expect("never closed");
-        let options = ConnectOptions {
-            transport,
-            format,
-            access_token: None,
-            local_address: (!plan.source_addresses.is_empty())
-                .then(|| plan.source_addresses[source % plan.source_addresses.len()]),
-            http: Some(http[source % http.len()].clone()),
-            max_message_size: 16 * 1024 * 1024,
-        };
+        let options = options_for(plan, g, nodes, transport, format, &http);
         let (plan, live, latency, last_success, rest_http) = (
             plan.clone(),
             live.clone(),
@@ -568,9 +651,10 @@ async fn connect_all(
             rest_http.clone(),
         );
         attempts.push(tokio::spawn(async move {
+            let node = crate::cluster::node_of(g, nodes);
             let result = timeout(
                 Duration::from_secs(60),
-                connect_one(&plan, g, options, rest_http),
+                connect_one(&plan, g, node, options, rest_http),
             )
             .await
             .unwrap_or_else(|_| Err("connect: timed out after 60 s".to_owned()));
@@ -614,10 +698,33 @@ async fn connect_all(
     (connections, failed, bucket, seconds.max(0.0))
 }
 
+/// How connection `g` connects: its source address steps once per `nodes` connections.
+fn options_for(
+    plan: &Plan,
+    g: u64,
+    nodes: usize,
+    transport: Transport,
+    format: Format,
+    http: &[reqwest::Client],
+) -> ConnectOptions {
+    let source = (g as usize) / nodes.max(1);
+    ConnectOptions {
+        transport,
+        format,
+        access_token: None,
+        local_address: (!plan.source_addresses.is_empty())
+            .then(|| plan.source_addresses[source % plan.source_addresses.len()]),
+        http: Some(http[source % http.len()].clone()),
+        max_message_size: 16 * 1024 * 1024,
+    }
+}
+
 /// Negotiate (following redirects), connect, handshake; then join the group if any.
+/// `node`: which of several service bases to connect to.
 async fn connect_one(
     plan: &Plan,
     g: u64,
+    node: usize,
     mut options: ConnectOptions,
     rest_http: reqwest::Client,
 ) -> Result<Connection, String> {
@@ -627,7 +734,7 @@ async fn connect_one(
     let url = match &plan.endpoint {
         Endpoint::Service { bases, access_key } => {
             // Connection g negotiates at its node, with a token naming that node.
-            let base = &bases[crate::cluster::node_of(g, bases.len())];
+            let base = &bases[node % bases.len().max(1)];
             let base_url = url::Url::parse(base).map_err(|e| format!("endpoint: {e}"))?;
             let audience = switchyard_auth::client_audience(&base_url, &plan.hub);
             let claims: Vec<(String, String)> =
@@ -847,6 +954,187 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
     let _ = timeout(Duration::from_secs(3), conn.close()).await;
 }
 
+/// A soak's connection (chat rooms): posts on its timetable like [`connection_task`], and
+/// when its connection drops, connects again to another live node and joins its room again,
+/// recording the outage; every delivery goes into its [`Ledger`]. A post due while it is
+/// disconnected is skipped (its slot number too, so receivers can tell which were due).
+async fn soak_task(shared: Arc<Shared>, g: u64, conn: Connection, node: usize) -> Option<Ledger> {
+    let plan = &shared.plan;
+    let mut ledger = Ledger::new(g);
+    let sends = !plan.scenario.is_rest() && plan.interval_of(g).is_some();
+    let interval_ms = plan.interval_of(g).unwrap_or(plan.interval_ms);
+    let mut due_ms = if sends {
+        shared.schedule.first_due(plan, g)
+    } else {
+        None
+    };
+    let mut slot = 0u64;
+    let fanout = shared.fanout(g);
+    let group = Value::from(plan.group_of(g).map(group_name).unwrap_or_default());
+    let mut tracker = SeqTracker::default();
+    let mut finish = shared.finish.clone();
+    let mut conn = Some(conn);
+    let mut node = node;
+    let timer = sleep_until(instant_at(due_ms.unwrap_or(0.0)));
+    tokio::pin!(timer);
+    'run: loop {
+        if let Some(due) = due_ms {
+            if shared.stopped(due) {
+                due_ms = None;
+            }
+        }
+        let Some(c) = conn.as_mut() else {
+            // Reconnect: to the live node holding the fewest of this worker's clients, never
+            // the one that just dropped it; each failed node is skipped until all were tried.
+            let down_ms = now_ms();
+            let mut tried = vec![node];
+            let mut failed_attempts = 0u32;
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let choice = pick_node(&shared, g, &tried);
+                let options = options_for(
+                    plan,
+                    g,
+                    shared.node_load.len(),
+                    shared.transport,
+                    shared.format,
+                    &shared.http,
+                );
+                let attempt = tokio::select! {
+                    _ = finish.changed() => {
+                        ledger.outages.push(Outage { g, down_ms, up_ms: None, failed_attempts });
+                        break 'run;
+                    }
+                    result = async {
+                        let _permit = shared.connecting.acquire().await;
+                        timeout(
+                            Duration::from_secs(30),
+                            connect_one(plan, g, choice, options, shared.rest_http.clone()),
+                        )
+                        .await
+                    } => result.unwrap_or_else(|_| Err("connect: timed out after 30 s".to_owned())),
+                };
+                match attempt {
+                    Ok(new) => {
+                        let up_ms = now_ms();
+                        ledger.outages.push(Outage {
+                            g,
+                            down_ms,
+                            up_ms: Some(up_ms),
+                            failed_attempts,
+                        });
+                        node = choice;
+                        conn = Some(new);
+                        // Posts due meanwhile are not sent (nor numbered again).
+                        while let Some(due) = due_ms.filter(|due| *due < up_ms) {
+                            slot += 1;
+                            due_ms = Some(due + interval_ms);
+                        }
+                        if let Some(due) = due_ms {
+                            timer.as_mut().reset(instant_at(due));
+                        }
+                        continue 'run;
+                    }
+                    Err(e) => {
+                        shared.node_load[choice].fetch_sub(1, Relaxed);
+                        failed_attempts += 1;
+                        shared.stats.lock().error(format!("reconnect: {e}"));
+                        tried.push(choice);
+                        tokio::select! {
+                            _ = finish.changed() => {
+                                ledger.outages.push(Outage { g, down_ms, up_ms: None, failed_attempts });
+                                break 'run;
+                            }
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        };
+        let mut dropped: Option<String> = None;
+        tokio::select! {
+            biased;
+            _ = finish.changed() => break,
+            _ = &mut timer, if due_ms.is_some() => {
+                let due = due_ms.unwrap_or_default();
+                let step = shared.schedule.step_of(due);
+                let payload = Value::String(shared.padding_payload(g as u32, slot, step));
+                let frame = wire::invocation(
+                    shared.format,
+                    "SendToGroup",
+                    None,
+                    vec![group.clone(), json!(due), payload],
+                );
+                shared.sent(due, fanout, frame.len());
+                slot += 1;
+                due_ms = Some(due + interval_ms);
+                timer.as_mut().reset(instant_at(due + interval_ms));
+                tokio::select! {
+                    sent = c.send_raw(frame) => if let Err(e) = sent {
+                        dropped = Some(format!("send: {e}"));
+                    },
+                    _ = finish.changed() => break,
+                }
+            }
+            frame = c.next_frame() => match frame {
+                Err(e) => dropped = Some(format!("receive: {e}")),
+                Ok(body) => match wire::decode(shared.format, &body) {
+                    Ok(Received::Measure { ts_ms, payload }) => {
+                        if let Some(tag) = wire::parse_tag(&payload) {
+                            ledger.observe(tag, ts_ms);
+                        }
+                        shared.measure(&payload, ts_ms, body.len(), &mut tracker);
+                    }
+                    Ok(Received::Ping | Received::Completion { .. }) => {}
+                    Ok(Received::Close { error }) => {
+                        dropped = Some(format!("closed by the server: {}", error.unwrap_or_default()));
+                    }
+                    Ok(Received::Other(what)) => shared.stats.lock().error(format!("unexpected: {what}")),
+                    Err(e) => shared.stats.lock().error(format!("undecodable: {e}")),
+                },
+            },
+        }
+        if let Some(why) = dropped {
+            // Counted apart from the run's failed connections: the outage is what matters.
+            shared
+                .stats
+                .lock()
+                .error(format!("dropped, reconnecting: {why}"));
+            shared.node_load[node].fetch_sub(1, Relaxed);
+            conn = None;
+        }
+    }
+    if let Some(c) = conn {
+        let _ = timeout(Duration::from_secs(3), c.close()).await;
+    }
+    Some(ledger)
+}
+
+/// The node for a reconnect, counted in its load at once (the caller takes it back if the
+/// attempt fails): the live one (not down by the coordinator's word, not tried already)
+/// with the fewest of this worker's clients, ties broken by `g` (all of a dead node's
+/// clients choose at the same instant). Each worker holds a like share of every node's
+/// clients, so this spreads the dropped ones evenly, and a node started again takes the
+/// clients of the next node killed: they never pile up on node 1.
+fn pick_node(shared: &Shared, g: u64, tried: &[usize]) -> usize {
+    let down = shared.nodes_down.borrow().clone();
+    let n = shared.node_load.len();
+    let key = |i: &usize| {
+        let turn = (*i + n - (g as usize % n.max(1))) % n.max(1);
+        (shared.node_load[*i].load(Relaxed), turn)
+    };
+    let choice = (0..n)
+        .filter(|i| !down.contains(i) && !tried.contains(i))
+        .min_by_key(key)
+        // All tried: any live one again (its trouble may have passed).
+        .or_else(|| (0..n).filter(|i| !down.contains(i)).min_by_key(key))
+        .or_else(|| (0..n).min_by_key(key))
+        .unwrap_or(0);
+    shared.node_load[choice].fetch_add(1, Relaxed);
+    choice
+}
+
 /// One REST caller on its timetable, without waiting for earlier calls (open loop; at most
 /// 2,048 in flight per worker). Sends `POST` a `Measure` (counted where it arrives);
 /// rest-join-leave-group alternates `PUT` and `DELETE` of connection c's membership and
@@ -1007,6 +1295,7 @@ mod tests {
             source_addresses: Vec::new(),
             workers: 2,
             worker: 1,
+            reconnect: false,
         }
     }
 

@@ -494,6 +494,7 @@ fn chat_posts(connections: u64, size: u64, interval_ms: f64, seconds: f64) -> u6
         source_addresses: Vec::new(),
         workers: 1,
         worker: 0,
+        reconnect: false,
     };
     let end = seconds * 1000.0;
     (0..connections)
