@@ -336,9 +336,11 @@ pub struct RssRow {
     pub redis_kb: Option<u64>,
 }
 
+/// `mm:ss`, with a minus sign in the warm-up.
 fn clock(seconds: f64) -> String {
-    let s = seconds.max(0.0) as u64;
-    format!("{:02}:{:02}", s / 60, s % 60)
+    let s = seconds.abs().round() as u64;
+    let sign = if seconds <= -0.5 { "-" } else { "" };
+    format!("{sign}{:02}:{:02}", s / 60, s % 60)
 }
 
 fn ms_of(hist: &Histogram<u64>, q: f64) -> f64 {
