@@ -11,7 +11,10 @@
 //! - [`wire`]: payload tags and the fast `Measure` decoder (no I/O).
 //! - [`stats`]: histograms, counts and per-sender sequence tracking.
 //! - [`procstat`]: CPU and memory of the target from `/proc`.
-//! - [`children`]: the processes the tool starts (service, app server, peer).
+//! - [`children`]: the processes the tool starts (service, app server, peer), and a soak's
+//!   kills and restarts of nodes and Redis.
+//! - [`soak`]: a soak's per-phase accounting (what a receiver should have had while nodes
+//!   and Redis failed), reconnect times and the memory series.
 //! - [`report`], [`chart`]: the printed tables, Azure-style counters and the SVG chart.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]

@@ -1307,6 +1307,36 @@ impl Soak {
                 self.mark("redis down".into());
                 target._children.kill(pid)?;
                 println!("[{}] SIGKILL redis-server (pid {pid})", self.clock());
+                let http = target.probe.http.clone();
+                let urls: Vec<String> = target.probe.nodes.iter().map(|n| n.url.clone()).collect();
+                let notes = self.notes.clone();
+                tokio::spawn(async move {
+                    // Over when every node has noticed (its health said degraded: a node
+                    // healthy right after the restart may not have seen it yet, and
+                    // resubscribes later) and every node's backplane answers again. A node
+                    // that shows nothing within 10 s is taken as having noticed.
+                    let noticed_by = Instant::now() + Duration::from_secs(10);
+                    let mut noticed = vec![false; urls.len()];
+                    while Instant::now() < noticed_by && noticed.iter().any(|n| !n) {
+                        for (url, seen) in urls.iter().zip(noticed.iter_mut()) {
+                            *seen |= !cluster::healthy(&http, url).await;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while Instant::now() < deadline {
+                        let mut all = true;
+                        for url in &urls {
+                            all &= cluster::healthy(&http, url).await;
+                        }
+                        if all {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    tokio::time::sleep(soak::SETTLE).await;
+                    let _ = notes.send(Note::Settled);
+                });
             }
             Chaos::StartRedis => {
                 let redis = target
@@ -1324,25 +1354,6 @@ impl Soak {
                     started.pid
                 );
                 self.mark("redis back".into());
-                let http = target.probe.http.clone();
-                let urls: Vec<String> = target.probe.nodes.iter().map(|n| n.url.clone()).collect();
-                let notes = self.notes.clone();
-                tokio::spawn(async move {
-                    // Back when every node's backplane answers again (bounded).
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while Instant::now() < deadline {
-                        let mut all = true;
-                        for url in &urls {
-                            all &= cluster::healthy(&http, url).await;
-                        }
-                        if all {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    tokio::time::sleep(soak::SETTLE).await;
-                    let _ = notes.send(Note::Settled);
-                });
             }
         }
         Ok(())
