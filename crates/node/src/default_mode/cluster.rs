@@ -3,8 +3,9 @@
 //! - every node should hold connections from every app server of a hub, so its clients are
 //!   served where they are: a node that has an app server asks it, by a `["target",
 //!   instance]` ping, to open an OnDemand connection to each node lacking one;
-//! - when a node is gone, app servers hear `["offline", instance]` and drop its clients and
-//!   the client invocations mapped to it;
+//! - when a node is gone, app servers hear `["offline", instance]` and fail the client
+//!   invocations mapped to it (the SDK also drops the clients that instance announced over
+//!   the connection the ping came on: none here, each node's clients are on its own);
 //! - a client invocation for a connection on another node is passed to that node, which runs
 //!   it as if the caller had sent it there, on the caller's connection to that node.
 
