@@ -206,15 +206,18 @@ pub async fn serves_app_server(http: &reqwest::Client, base: &str) -> bool {
 }
 
 async fn server_connections_of(http: &reqwest::Client, base: &str) -> Option<u64> {
-    let text = http
-        .get(format!("{base}metrics"))
+    parse_server_connections(&metrics_of(http, base).await?)
+}
+
+/// A node's `/metrics` text (`base` ends with `/`).
+async fn metrics_of(http: &reqwest::Client, base: &str) -> Option<String> {
+    http.get(format!("{base}metrics"))
         .send()
         .await
         .ok()?
         .text()
         .await
-        .ok()?;
-    parse_server_connections(&text)
+        .ok()
 }
 
 /// `switchyard_server_connections` (app-server connections after their handshake, every
@@ -228,15 +231,7 @@ pub fn parse_server_connections(metrics: &str) -> Option<u64> {
 
 /// A node's backplane counters from its `/metrics`.
 async fn backplane_of(http: reqwest::Client, base: String) -> Option<Backplane> {
-    let text = http
-        .get(format!("{base}metrics"))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    parse_backplane(&text)
+    parse_backplane(&metrics_of(&http, &base).await?)
 }
 
 impl Snapshot {

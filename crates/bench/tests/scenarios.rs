@@ -281,19 +281,8 @@ async fn rest_send_to_group_and_connection_and_join_leave() {
 /// first, and the report has each node and Redis's counters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_scenarios_across_two_nodes() {
-    use std::sync::Arc;
-    use switchyard_backplane::Backplane;
-    use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
-
     let redis = switchyard_testkit::RedisServer::start();
-    let mut nodes = Vec::new();
-    for name in ["n1", "n2"] {
-        let backplane: Arc<dyn Backplane> =
-            RedisBackplane::connect(RedisSettings::new(redis.url()))
-                .await
-                .unwrap();
-        nodes.push(TestServer::start_on(switchyard_node::Config::default(), backplane, name).await);
-    }
+    let nodes = redis_nodes(&redis, 2).await;
     let cs = nodes[0].connection_string();
     let endpoints = format!("{},{}", nodes[0].http(), nodes[1].http());
     let redis_url = redis.url();

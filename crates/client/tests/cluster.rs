@@ -14,7 +14,7 @@ use switchyard_client::bench_hub::BenchHub;
 use switchyard_client::{connect, ConnectOptions, Connection, Transport};
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
 use switchyard_node::Config;
-use switchyard_testkit::{RedisServer, TestServer};
+use switchyard_testkit::{eventually, within, RedisServer, TestServer};
 
 const HUB: &str = "bench";
 const STEP: Duration = Duration::from_secs(15);
@@ -42,20 +42,6 @@ fn app_server(node: &TestServer, server_id: &str, connections: usize) -> AppServ
     AppServer::start(config, Arc::new(BenchHub)).unwrap()
 }
 
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(STEP, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + STEP;
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A client of `node`, as user `user`, optionally pinned to an app server.
 async fn client(node: &TestServer, user: &str, sticky: Option<&str>) -> Connection {
     let mut claims = vec![("asrs.s.uid", user)];
@@ -64,7 +50,7 @@ async fn client(node: &TestServer, user: &str, sticky: Option<&str>) -> Connecti
     }
     let mut options = ConnectOptions::new(Transport::WebSockets, Format::Json);
     options.access_token = Some(node.token_with(HUB, &claims));
-    within("connect", connect(&node.client_url(HUB), &options))
+    within("connect", STEP, connect(&node.client_url(HUB), &options))
         .await
         .unwrap_or_else(|e| panic!("connect to {}: {e}", node.addr))
 }
@@ -72,7 +58,7 @@ async fn client(node: &TestServer, user: &str, sticky: Option<&str>) -> Connecti
 /// The next message that is not a Ping.
 async fn next(connection: &mut Connection) -> HubMessage<Value> {
     loop {
-        match within("a message", connection.next()).await.unwrap() {
+        match within("a message", STEP, connection.next()).await.unwrap() {
             HubMessage::Ping => continue,
             other => return other,
         }
@@ -150,12 +136,14 @@ async fn an_app_server_that_knows_one_node_serves_clients_on_every_node() {
     // Both app servers know only n1; s2 holds two connections there.
     let s1 = app_server(&nodes[0], "s1", 1);
     let s2 = app_server(&nodes[0], "s2", 2);
-    within("s1 connects", s1.ready()).await;
-    within("s2 connects", s2.ready()).await;
+    within("s1 connects", STEP, s1.ready()).await;
+    within("s2 connects", STEP, s2.ready()).await;
     // The other nodes asked both to connect to them too.
-    eventually("every node holds connections from both app servers", || {
-        nodes.iter().all(|n| n.node.server_connection_count() >= 2)
-    })
+    eventually(
+        "every node holds connections from both app servers",
+        STEP,
+        || nodes.iter().all(|n| n.node.server_connection_count() >= 2),
+    )
     .await;
     assert!(
         metric(
@@ -231,7 +219,7 @@ async fn an_app_server_that_knows_one_node_serves_clients_on_every_node() {
     let context = s1.hub(HUB).unwrap();
     for g in 0..3 {
         let group = format!("g{g}");
-        assert!(within("join", context.add_to_group(&b_id, &group))
+        assert!(within("join", STEP, context.add_to_group(&b_id, &group))
             .await
             .unwrap());
         invoke(
@@ -310,8 +298,8 @@ async fn an_app_server_that_knows_one_node_serves_clients_on_every_node() {
     // n3 shuts down: the others forget it at once and tell the app servers it is offline.
     let mut n3 = nodes;
     let stopped = n3.pop().unwrap();
-    within("n3 stops", stopped.stop()).await;
-    eventually("n1 counts n3 lost", || {
+    within("n3 stops", STEP, stopped.stop()).await;
+    eventually("n1 counts n3 lost", STEP, || {
         metric(&n3[0], "switchyard_cluster_nodes_lost_total") >= 1.0
     })
     .await;
@@ -336,9 +324,9 @@ async fn a_node_that_starts_later_gets_connections_and_a_capped_node_passes_clie
     // One fixed connection and one OnDemand: the third node never gets one.
     config.max_hub_server_connections = Some(2);
     let app = AppServer::start(config, Arc::new(BenchHub)).unwrap();
-    within("the app server connects", app.ready()).await;
+    within("the app server connects", STEP, app.ready()).await;
     nodes.push(node(&redis.url(), "late", "n2").await);
-    eventually("n2 gets a connection", || {
+    eventually("n2 gets a connection", STEP, || {
         nodes[1].node.server_connection_count() == 1
     })
     .await;

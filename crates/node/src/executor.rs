@@ -696,12 +696,14 @@ impl Executor {
         // CPU per message). Delivered here, in order with everything else this node publishes,
         // whose local deliveries also happen at publish time. (App servers send to one
         // connection as a list of one.)
-        let local = match &target {
-            Target::Connection(id) => self.holds(hub, id),
-            Target::Connections(ids) => ids.iter().all(|id| self.holds(hub, id)),
-            _ => false,
-        };
-        if local && self.in_cluster() {
+        // (On one node there is no Redis to skip: no lookup.)
+        let local = self.in_cluster()
+            && match &target {
+                Target::Connection(id) => self.holds(hub, id),
+                Target::Connections(ids) => ids.iter().all(|id| self.holds(hub, id)),
+                _ => false,
+            };
+        if local {
             let message = Message::Send {
                 hub: hub.clone(),
                 target,
