@@ -4,8 +4,11 @@
 //! server (Default mode).
 //!
 //! The knob picks the transport (bits 0–1), the mode (bits 2–3: serverless; Default with an
-//! app server; Default without one; auto), a 64-byte message limit (bit 4) and the size of
-//! the small pieces of the third run (bits 5–7). The payload is fed whole, in two pieces at
+//! app server; Default without one; auto), a 64-byte message limit (bit 4), the size of
+//! the small pieces of the third run (bits 5–6) and whether negotiate offered stateful
+//! reconnect (bit 7: Acks, Sequences and replayed duplicates are then taken by the service,
+//! so what reaches the app server is no longer a prefix of the client's bytes). The payload
+//! is fed whole, in two pieces at
 //! the cut, and in small pieces (each side of the cut cut again); all three must end the
 //! same way: "ok" or the same close reason, the same bytes to the client, and to the app
 //! server the same bytes (or, when the session failed, a prefix of what the smaller pieces
@@ -30,6 +33,7 @@ struct Setup {
     mode: ServiceMode,
     app_server: bool,
     small_limit: bool,
+    stateful: bool,
 }
 
 impl Setup {
@@ -50,6 +54,7 @@ impl Setup {
             mode,
             app_server,
             small_limit: knob & 0x10 != 0,
+            stateful: knob & 0x80 != 0,
         }
     }
 
@@ -157,6 +162,9 @@ fn run(setup: Setup, chunks: &[&[u8]]) -> Outcome {
         .then(|| AppServer::attach(&node, HUB, "app-1").expect("a hub name"));
     let session =
         ClientSession::open(&node, HUB, Some("u1"), setup.transport).expect("a connection");
+    if setup.stateful {
+        session.offer_stateful_reconnect();
+    }
     let id = session.connection_id().to_string();
     let mut error = None;
     let mut to_client = Vec::new();
@@ -223,9 +231,10 @@ fn run(setup: Setup, chunks: &[&[u8]]) -> Outcome {
             assert_eq!(allow_reconnect, reason.allow_reconnect());
         }
     }
-    // What the app server got is the client's bytes, in order, from the start.
+    // What the app server got is the client's bytes, in order, from the start (with stateful
+    // reconnect: its handshake asks for version 1 and Acks, Sequences and duplicates stay).
     assert!(
-        fed.starts_with(&forwarded),
+        setup.stateful || fed.starts_with(&forwarded),
         "forwarded bytes are not the client's"
     );
 
@@ -273,7 +282,7 @@ pub fn check(data: &[u8]) {
     let input = Input::parse(data);
     let setup = Setup::from_knob(input.knob);
     let (first, second) = input.parts();
-    let size = 1 + 3 * usize::from(input.knob >> 5);
+    let size = 1 + 3 * usize::from((input.knob >> 5) & 3);
     let small: Vec<&[u8]> = pieces(first, size).chain(pieces(second, size)).collect();
 
     let whole = run(setup, &[input.payload]);

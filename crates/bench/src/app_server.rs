@@ -73,6 +73,9 @@ pub struct AppServerArgs {
     pub server_id: Option<String>,
     #[arg(long, value_enum, default_value_t = GracefulShutdown::Off)]
     pub graceful_shutdown: GracefulShutdown,
+    /// Let the service offer stateful reconnect to this app server's clients.
+    #[arg(long)]
+    pub allow_stateful_reconnects: bool,
 }
 
 impl AppServerArgs {
@@ -86,6 +89,7 @@ impl AppServerArgs {
             connections: 5,
             server_id: None,
             graceful_shutdown: GracefulShutdown::Off,
+            allow_stateful_reconnects: false,
         }
     }
 
@@ -96,6 +100,7 @@ impl AppServerArgs {
         config.connections_per_hub = self.connections;
         config.server_id = self.server_id.clone().unwrap_or_else(default_server_id);
         config.graceful_shutdown = self.graceful_shutdown.into();
+        config.allow_stateful_reconnects = self.allow_stateful_reconnects;
         Ok(config)
     }
 }

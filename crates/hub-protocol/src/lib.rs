@@ -29,6 +29,7 @@ pub mod json;
 mod message;
 pub mod msgpack;
 mod peek;
+mod sequence;
 
 use bytes::Bytes;
 use switchyard_core::Protocol;
@@ -37,6 +38,7 @@ pub use error::{DecodeError, FrameError, HandshakeError};
 pub use framing::{Frame, FrameSplitter, Located};
 pub use message::{is_trackable_type, message_type, CompletionResult, Headers, HubMessage};
 pub use peek::{peek, Peek};
+pub use sequence::count_trackable;
 
 /// Ends every JSON record (handshake and JSON hub messages).
 pub const RECORD_SEPARATOR: u8 = 0x1e;

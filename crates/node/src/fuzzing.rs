@@ -216,6 +216,12 @@ impl ClientSession {
         Ok(session)
     }
 
+    /// As if negotiate had offered stateful reconnect: a WebSocket session whose handshake
+    /// asks for version 2 then numbers, acknowledges and deduplicates messages.
+    pub fn offer_stateful_reconnect(&self) {
+        self.client.offer_stateful_reconnect();
+    }
+
     /// The connection id REST callers and app servers see.
     pub fn connection_id(&self) -> &str {
         self.client.connection.id().as_str()

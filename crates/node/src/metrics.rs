@@ -79,6 +79,13 @@ pub struct Metrics {
     /// Cluster pings sent to app servers, by kind (`target`: connect to that node too;
     /// `offline`: that node is gone).
     pub cluster_server_pings: Family<KindLabel, Counter>,
+    /// Stateful reconnects, by outcome: `resumed` (the client came back and carried on),
+    /// `window` (it did not come back within `stateful_reconnect.window`), `buffer` (what it
+    /// missed outgrew its queue while it was away), `closed` (closed meanwhile by the app
+    /// server, REST or shutdown).
+    pub stateful_reconnects: Family<KindLabel, Counter>,
+    /// Bytes kept for replay to stateful-reconnect clients, not yet acknowledged by them.
+    pub stateful_buffered_bytes: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -197,6 +204,18 @@ impl Default for Metrics {
             "1 while this node's backplane answers, 0 while it does not",
             cluster_backplane_up.clone(),
         );
+        let stateful_reconnects = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "stateful_reconnects",
+            "Client connections that dropped with stateful reconnect on, by outcome (resumed, window, buffer, closed)",
+            stateful_reconnects.clone(),
+        );
+        let stateful_buffered_bytes = Gauge::default();
+        registry.register(
+            "stateful_buffered_bytes",
+            "Bytes kept for replay to stateful-reconnect clients, not yet acknowledged",
+            stateful_buffered_bytes.clone(),
+        );
         let cluster_nodes_lost = Counter::<u64, AtomicU64>::default();
         registry.register(
             "cluster_nodes_lost",
@@ -231,6 +250,8 @@ impl Default for Metrics {
             server_connections_closed,
             server_messages_received,
             upstream_requests,
+            stateful_reconnects,
+            stateful_buffered_bytes,
         }
     }
 }

@@ -69,6 +69,9 @@ pub enum Batch {
     Frames,
     /// Nothing is left to write and the connection must close for this reason.
     Close(CloseReason),
+    /// [`Outbound::interrupt`] was called: the writer is asked to look at its connection's
+    /// state (a new transport is taking the connection over).
+    Interrupted,
 }
 
 /// A byte-budgeted queue of framed messages. Publishers push without waiting; a push that
@@ -90,6 +93,8 @@ struct QueueState {
     closing: Option<CloseReason>,
     /// Frames queue but are not handed to the writer (see [`Outbound::hold`]).
     held: bool,
+    /// The next drain reports [`Batch::Interrupted`] (see [`Outbound::interrupt`]).
+    interrupted: bool,
 }
 
 impl Outbound {
@@ -182,6 +187,13 @@ impl Outbound {
         }
     }
 
+    /// Makes the writer's next [`Outbound::next_batch`] return [`Batch::Interrupted`] once,
+    /// before any frames: how a writer blocked waiting for frames is told to stop.
+    pub fn interrupt(&self) {
+        self.state.lock().interrupted = true;
+        self.ready.notify_one();
+    }
+
     /// The byte budget.
     pub fn max_pending_bytes(&self) -> usize {
         self.max_pending_bytes
@@ -223,7 +235,19 @@ impl Outbound {
     /// whatever `out` held is freed), so a writer that drops the frames once written leaves
     /// nothing allocated on either side while idle.
     pub fn try_drain(&self, out: &mut Vec<Bytes>) -> Option<Batch> {
+        self.try_drain_gated(out, true)
+    }
+
+    /// [`Outbound::try_drain`]; with `take_frames` false, frames stay queued and only an
+    /// interrupt or a close is reported (a close at once, dropping what is queued).
+    fn try_drain_gated(&self, out: &mut Vec<Bytes>, take_frames: bool) -> Option<Batch> {
         let mut state = self.state.lock();
+        if std::mem::take(&mut state.interrupted) {
+            return Some(Batch::Interrupted);
+        }
+        if !take_frames {
+            return state.closing.clone().map(Batch::Close);
+        }
         if state.held && state.closing.is_none() {
             return None;
         }
@@ -243,8 +267,15 @@ impl Outbound {
 
     /// Waits until there is something to write, then moves every queued frame into `out`.
     pub async fn next_batch(&self, out: &mut Vec<Bytes>) -> Batch {
+        self.next_batch_gated(out, true).await
+    }
+
+    /// [`Outbound::next_batch`] for a writer that may not take frames now (`take_frames`
+    /// false: its peer has not acknowledged enough): it still hears of an interrupt or a
+    /// close.
+    pub async fn next_batch_gated(&self, out: &mut Vec<Bytes>, take_frames: bool) -> Batch {
         loop {
-            if let Some(batch) = self.try_drain(out) {
+            if let Some(batch) = self.try_drain_gated(out, take_frames) {
                 return batch;
             }
             self.ready.notified().await;
@@ -348,5 +379,47 @@ mod tests {
         tokio::task::yield_now().await;
         q.push(Bytes::from_static(b"x"));
         assert_eq!(waiter.await.unwrap(), vec![Bytes::from_static(b"x")]);
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_wakes_a_waiting_writer_once() {
+        let q = std::sync::Arc::new(Outbound::new(100));
+        let writer = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let mut out = Vec::new();
+                q.next_batch(&mut out).await
+            }
+        });
+        tokio::task::yield_now().await;
+        q.interrupt();
+        assert_eq!(writer.await.unwrap(), Batch::Interrupted);
+        // Reported once, and ahead of frames queued meanwhile.
+        q.push(Bytes::from_static(b"a"));
+        q.interrupt();
+        let mut out = Vec::new();
+        assert_eq!(q.try_drain(&mut out), Some(Batch::Interrupted));
+        assert_eq!(q.try_drain(&mut out), Some(Batch::Frames));
+        assert_eq!(out, vec![Bytes::from_static(b"a")]);
+    }
+
+    #[tokio::test]
+    async fn a_gated_writer_takes_no_frames_but_hears_a_close() {
+        let q = std::sync::Arc::new(Outbound::new(100));
+        q.push(Bytes::from_static(b"a"));
+        let mut out = Vec::new();
+        assert_eq!(q.try_drain_gated(&mut out, false), None);
+        let writer = tokio::spawn({
+            let q = q.clone();
+            async move { q.next_batch_gated(&mut Vec::new(), false).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!writer.is_finished());
+        q.close(CloseReason::ClientTimeout);
+        assert_eq!(
+            writer.await.unwrap(),
+            Batch::Close(CloseReason::ClientTimeout)
+        );
+        assert!(out.is_empty());
     }
 }

@@ -121,6 +121,7 @@ fn drain(connection: &Connection) -> Vec<Bytes> {
     match connection.outbound().try_drain(&mut out) {
         None | Some(Batch::Frames) => out,
         Some(Batch::Close(reason)) => panic!("{} is closing: {reason:?}", connection.id()),
+        Some(Batch::Interrupted) => panic!("nothing interrupts here"),
     }
 }
 
@@ -1865,6 +1866,7 @@ async fn next_batch_wakes_on_push_and_on_close() {
                 match connection.outbound().next_batch(&mut out).await {
                     Batch::Frames => batches.push(out),
                     Batch::Close(reason) => return (batches, reason),
+                    Batch::Interrupted => panic!("nothing interrupts here"),
                 }
             }
         })

@@ -88,16 +88,17 @@ class AppServer {
  * Start `switchyard-bench app-server` against `service` and wait until it prints its address
  * (it does so once every server connection is up, or after 10 s).
  * @param {{connectionString: string}} service
- * @param {{serverId: string, hubs?: string[], connections?: number, gracefulShutdown?: string}} opts
+ * @param {{serverId: string, hubs?: string[], connections?: number, gracefulShutdown?: string, extraArgs?: string[]}} opts
  * @returns {Promise<AppServer>}
  */
-async function startAppServer(service, { serverId, hubs = ['bench'], connections, gracefulShutdown } = {}) {
+async function startAppServer(service, { serverId, hubs = ['bench'], connections, gracefulShutdown, extraArgs = [] } = {}) {
   if (!serverId) throw new Error('startAppServer needs a serverId');
   const bin = benchBinaryPath();
   const args = ['app-server', '--connection-string', service.connectionString, '--listen', '127.0.0.1:0', '--server-id', serverId];
   for (const hub of hubs) args.push('--hub', hub);
   if (connections !== undefined) args.push('--connections', String(connections));
   if (gracefulShutdown !== undefined) args.push('--graceful-shutdown', gracefulShutdown);
+  args.push(...extraArgs);
   const child = spawn(bin, args, { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   const app = new AppServer(child, { serverId, hubs });
   running.add(app);

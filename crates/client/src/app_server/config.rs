@@ -49,6 +49,9 @@ pub struct AppServerConfig {
     /// Most connections per hub, OnDemand ones (opened when the service asks, by a `target`
     /// ping) included, like the SDK's `MaxHubServerConnectionCount`. `None`: no cap.
     pub max_hub_server_connections: Option<usize>,
+    /// Lets the service offer stateful reconnect to this app server's clients (the SDK's
+    /// `allowStatefulReconnects`; off by default there too).
+    pub allow_stateful_reconnects: bool,
 }
 
 impl AppServerConfig {
@@ -62,6 +65,7 @@ impl AppServerConfig {
             server_id: default_server_id(),
             graceful_shutdown: ShutdownMode::Off,
             max_hub_server_connections: None,
+            allow_stateful_reconnects: false,
         }
     }
 }

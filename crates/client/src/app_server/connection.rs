@@ -150,7 +150,7 @@ async fn dial(
             target: target.unwrap_or_default().to_owned(),
             migration_level: config.graceful_shutdown.migration_level(),
             ext: Extensions::default(),
-            allow_stateful_reconnects: None,
+            allow_stateful_reconnects: config.allow_stateful_reconnects.then_some(true),
         };
         socket
             .send(WsMessage::Binary(sp::encoded(&request.into())))

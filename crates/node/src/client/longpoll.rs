@@ -133,6 +133,8 @@ async fn wait_for_data(
             };
             no_cache(StatusCode::OK, "application/octet-stream", body)
         }
+        // Only WebSocket writers are interrupted: answer as a poll that timed out.
+        Batch::Interrupted => no_cache(StatusCode::OK, "text/plain", Bytes::new()),
         Batch::Close(reason) => {
             let close = (reason != CloseReason::ClientClosed
                 && !client.poll.close_delivered.swap(true, Ordering::AcqRel))

@@ -10,6 +10,7 @@
 mod longpoll;
 mod negotiate;
 mod registry;
+mod resume;
 mod session;
 mod sse;
 mod websocket;
@@ -101,6 +102,10 @@ pub(crate) struct ClientConnection {
     pub(crate) link: Mutex<Option<Box<DefaultLink>>>,
     /// Serverless clients of a hub an upstream template matches: their upstream state.
     pub(crate) upstream: Option<Box<ClientUpstream>>,
+    /// Negotiate offered stateful reconnect (the client asked, the service allows it).
+    stateful_offered: AtomicBool,
+    /// Stateful reconnect, once the handshake agreed to it.
+    resume: OnceLock<Box<Mutex<resume::Resume>>>,
 }
 
 impl ClientConnection {
@@ -164,6 +169,8 @@ impl ClientConnection {
             poll: longpoll::PollState::default(),
             link: Mutex::new(link),
             upstream,
+            stateful_offered: AtomicBool::new(false),
+            resume: OnceLock::new(),
         })
     }
 
@@ -277,6 +284,28 @@ impl ClientConnection {
         self.finished.load(Ordering::Acquire)
     }
 
+    /// Negotiate offered stateful reconnect; the handshake decides.
+    pub(crate) fn offer_stateful_reconnect(&self) {
+        self.stateful_offered.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn stateful_offered(&self) -> bool {
+        self.stateful_offered.load(Ordering::Acquire)
+    }
+
+    /// Stateful reconnect: the transport of `generation` is gone; if it still owned the
+    /// connection, the connection now waits `stateful_reconnect.window` for its client.
+    pub(crate) fn transport_ended(&self, clients: &Clients, generation: u64) {
+        if let Some(resume) = self.resume() {
+            resume.lock().writer_ended(generation, clients.now_ms());
+        }
+    }
+
+    /// Stateful reconnect, if the handshake agreed to it.
+    pub(crate) fn resume(&self) -> Option<&Mutex<resume::Resume>> {
+        self.resume.get().map(|resume| &**resume)
+    }
+
     /// What is due on this connection now, if anything.
     pub(crate) fn check_timers(
         &self,
@@ -285,6 +314,30 @@ impl ClientConnection {
         now_unix: i64,
     ) -> Option<Expiry> {
         let timeouts = &clients.config().timeouts;
+        // Stateful reconnect: a dropped connection waits for its client, unless it was closed
+        // meanwhile (nobody would read the Close) or the window has passed.
+        let detached = self
+            .resume()
+            .and_then(|resume| resume.lock().detached_since());
+        if let Some(since) = detached {
+            let outcome = match self.connection.outbound().close_reason() {
+                Some(CloseReason::SlowConsumer { .. }) => Some("buffer"),
+                Some(_) => Some("closed"),
+                None => {
+                    let window = clients.config().stateful_reconnect.window;
+                    (now_ms.saturating_sub(since) > window.as_millis() as u64).then_some("window")
+                }
+            };
+            if let Some(kind) = outcome {
+                clients
+                    .metrics()
+                    .stateful_reconnects
+                    .get_or_create(&crate::metrics::KindLabel { kind })
+                    .inc();
+                return Some(Expiry::Discard);
+            }
+            return None;
+        }
         // A slow consumer's writer may be stuck in a socket write; leave the hub now.
         if let Some(CloseReason::SlowConsumer { .. }) = self.connection.outbound().close_reason() {
             return Some(Expiry::Discard);

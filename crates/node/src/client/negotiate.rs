@@ -55,13 +55,41 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
         }
     }
     let allowed = token.allowed_transports().unwrap_or(0b111);
+    let stateful = offers_stateful_reconnect(&clients, &query, &hub, &token);
     let source = client_ip(&parts, clients.config());
     let client = match create_client(&clients, &hub, token, version >= 1, source) {
         Ok(client) => client,
         Err(error) => return error.into_response(),
     };
+    if stateful {
+        client.offer_stateful_reconnect();
+    }
     let id = client.connection.id().as_str();
-    json_body(negotiate_response(version, id, &client.key, allowed))
+    json_body(negotiate_response(
+        version,
+        id,
+        &client.key,
+        allowed,
+        stateful,
+    ))
+}
+
+/// Whether the client asked for stateful reconnect and gets it: the service allows it and,
+/// for a Default-mode client, an app server of its hub on this node does too (the app
+/// server then never notices a reconnect: the service replays, see `resume`).
+fn offers_stateful_reconnect(
+    clients: &Clients,
+    query: &crate::http::Query,
+    hub: &HubName,
+    token: &VerifiedToken,
+) -> bool {
+    let asked = query
+        .get("useStatefulReconnect")
+        .is_some_and(|value| value.eq_ignore_ascii_case("true"));
+    asked
+        && clients.config().stateful_reconnect.enabled
+        && (!clients.serves_default_mode(hub, token)
+            || clients.default_mode.servers.allow_stateful_reconnects(hub))
 }
 
 /// In a cluster, another node that can serve a Default-mode client this node cannot: this
@@ -91,7 +119,13 @@ fn better_node(
 }
 
 /// The body in the exact field order ASP.NET Core writes.
-fn negotiate_response(version: i64, id: &str, token: &str, allowed: u8) -> serde_json::Value {
+fn negotiate_response(
+    version: i64,
+    id: &str,
+    token: &str,
+    allowed: u8,
+    stateful: bool,
+) -> serde_json::Value {
     let mut transports = Vec::new();
     for (transport, formats) in [
         (Transport::WebSockets, &["Text", "Binary"][..]),
@@ -103,6 +137,10 @@ fn negotiate_response(version: i64, id: &str, token: &str, allowed: u8) -> serde
         }
     }
     let mut body = serde_json::Map::new();
+    // First, as ASP.NET writes it; absent when off.
+    if stateful {
+        body.insert("useStatefulReconnect".into(), json!(true));
+    }
     body.insert("negotiateVersion".into(), json!(version));
     body.insert("connectionId".into(), json!(id));
     if version >= 1 {

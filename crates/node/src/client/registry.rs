@@ -275,6 +275,12 @@ impl Clients {
             .close_reason()
             .unwrap_or(CloseReason::ClientClosed);
         client.connection.close(CloseReason::ClientClosed);
+        if let Some(resume) = client.resume() {
+            let freed = resume.lock().end();
+            self.metrics().stateful_buffered_bytes.dec_by(freed as i64);
+            // A writer waiting for Acks takes no frames, so it would not see the close.
+            client.connection.outbound().interrupt();
+        }
         client.hub.remove_connection(client.connection.id());
         self.default_mode.client_finished(&**client, &reason);
         if let Some(upstream) = &self.upstream {

@@ -10,13 +10,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
+use parking_lot::Mutex;
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
-    encode_close, handshake, message_type, peek, Format, FrameSplitter, HandshakeError,
+    encode_close, handshake, message_type, peek, Format, FrameSplitter, HandshakeError, Peek,
     RECORD_SEPARATOR,
 };
 use switchyard_router::Join;
 
+use super::resume::{Incoming, Resume};
 use super::{ClientConnection, Clients, Transport};
 use crate::default_mode::{Forwarded, LinkedClient};
 use crate::http::text_error;
@@ -41,6 +43,13 @@ impl Inbound {
             splitter: None,
             forward: false,
         }
+    }
+
+    /// Stateful reconnect: a new socket starts at a message boundary, so a message cut off
+    /// with the old one is dropped (the client replays it).
+    pub(crate) fn drop_partial(&mut self) {
+        self.buffer = BytesMut::new();
+        self.scanned = 0;
     }
 }
 
@@ -94,6 +103,9 @@ impl ClientConnection {
             clients.metrics().messages_received.inc();
             let message = peek(format, frame.body())
                 .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+            if self.sequence(clients, &message)? == Incoming::Skip {
+                continue;
+            }
             match message.message_type {
                 message_type::PING => self.client_pings.store(true, Ordering::Relaxed),
                 message_type::CLOSE => return Err(CloseReason::ClientClosed),
@@ -147,6 +159,14 @@ impl ClientConnection {
                     break;
                 }
             };
+            match self.sequence(clients, &message) {
+                Ok(Incoming::Process) => {}
+                Ok(Incoming::Skip) => continue,
+                Err(reason) => {
+                    failure = Some(reason);
+                    break;
+                }
+            }
             if message.message_type == message_type::PING {
                 self.client_pings.store(true, Ordering::Relaxed);
             }
@@ -190,6 +210,25 @@ impl ClientConnection {
             return Err(CloseReason::ClientClosed);
         }
         Ok(())
+    }
+
+    /// Stateful reconnect: Acks and Sequences are taken here, and what was processed before
+    /// a reconnect is skipped. Everything is processed on connections without it.
+    fn sequence(&self, clients: &Clients, message: &Peek) -> Result<Incoming, CloseReason> {
+        let Some(resume) = self.resume() else {
+            return Ok(Incoming::Process);
+        };
+        let (verdict, freed) = resume
+            .lock()
+            .incoming(message.message_type, message.sequence_id)
+            .map_err(CloseReason::ProtocolError)?;
+        if freed > 0 {
+            clients
+                .metrics()
+                .stateful_buffered_bytes
+                .dec_by(freed as i64);
+        }
+        Ok(verdict)
     }
 
     /// Reads the handshake request. `Ok(None)`: need more bytes. On success the connection
@@ -239,7 +278,24 @@ impl ClientConnection {
                 request.protocol
             )));
         }
+        // Stateful reconnect only if negotiate offered it, over WebSockets, and the client
+        // speaks version 2; otherwise it is off without a word, as in ASP.NET.
+        let stateful = request.version >= 2
+            && self.transport() == Some(Transport::WebSockets)
+            && self.stateful_offered();
+        if stateful {
+            let limit = clients.config().stateful_reconnect.buffer_size;
+            let _ = self
+                .resume
+                .set(Box::new(Mutex::new(Resume::new(format, limit))));
+        }
         if self.link.lock().is_some() {
+            // The service ends the stateful protocol itself: the app server is asked for
+            // version 1, so it neither numbers nor acknowledges.
+            let raw_request = match stateful {
+                true => Bytes::from(handshake::encode_request(&request.protocol, 1)),
+                false => raw_request,
+            };
             return self
                 .open_default(clients, protocol, &request.protocol, raw_request)
                 .map(|()| Some((FrameSplitter::new(format, max), true)));

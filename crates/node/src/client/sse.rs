@@ -93,6 +93,8 @@ impl StreamState {
                     self.done = true;
                     format_event(client.close_frame(&reason).into_iter())
                 }
+                // Only WebSocket writers are interrupted; a comment line is harmless.
+                Batch::Interrupted => Bytes::from_static(b":\r\n"),
             },
             _ = sleep_until(self.last_write + keep_alive), if client.may_ping() => {
                 format_event(std::iter::once(ping(Format::Json)))

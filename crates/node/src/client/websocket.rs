@@ -58,16 +58,25 @@ pub(super) fn connect(
             Err(error) => return error.into_response(),
         },
     };
-    client.set_connect_info(&clients, request);
-    if client
-        .poll
-        .websocket_active
-        .swap(true, std::sync::atomic::Ordering::AcqRel)
-    {
-        return text_error(
-            StatusCode::CONFLICT,
-            "A WebSocket is already connected for this ID",
-        );
+    // Stateful reconnect: the client is back on the same connection, maybe before the old
+    // socket was noticed dead; it takes the connection over from that one.
+    let generation = client.resume().map(|resume| {
+        let generation = resume.lock().claim();
+        client.connection.outbound().interrupt();
+        generation
+    });
+    if generation.is_none() {
+        client.set_connect_info(&clients, request);
+        if client
+            .poll
+            .websocket_active
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return text_error(
+                StatusCode::CONFLICT,
+                "A WebSocket is already connected for this ID",
+            );
+        }
     }
     if let Err(error) = client.start_transport(&clients, Transport::WebSockets) {
         if id_less {
@@ -91,14 +100,90 @@ pub(super) fn connect(
         .on_failed_upgrade({
             let clients = clients.clone();
             let client = client.clone();
-            move |_| clients.finish(&client)
+            move |_| match generation {
+                // The client may try again within the window.
+                Some(generation) => client.transport_ended(&clients, generation),
+                None => clients.finish(&client),
+            }
         })
         // The socket lives here, in the task, once: `run` and `close_socket` borrow it. Passed
         // by value, each async fn would keep its own copy in the task (368 B each).
         .on_upgrade(move |mut socket| async move {
-            run(&clients, &client, &mut socket).await;
-            clients.finish(&client);
+            let ended = match generation {
+                None => run(&clients, &client, &mut socket, 0).await,
+                // Boxed: only returning clients pay for the replay's futures.
+                Some(generation) => {
+                    Box::pin(resume(&clients, &client, &mut socket, generation)).await
+                }
+            };
+            if ended == Ended::Finished {
+                clients.finish(&client);
+            }
         })
+}
+
+/// How a transport task ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The connection is over.
+    Finished,
+    /// Stateful reconnect: the socket is gone (or another took over) and the connection
+    /// waits for its client.
+    Detached,
+}
+
+/// Stateful reconnect, a returning client: waits for the old transport task to let go, then
+/// replays what the client has not acknowledged and carries on as usual.
+async fn resume(
+    clients: &Clients,
+    client: &Arc<ClientConnection>,
+    socket: &mut WebSocket,
+    generation: u64,
+) -> Ended {
+    let resume = client.resume().expect("only stateful connections resume");
+    // The old task was interrupted; a write in progress may hold it up to SEND_TIMEOUT.
+    let deadline = Instant::now() + SEND_TIMEOUT + Duration::from_secs(1);
+    loop {
+        {
+            let mut resume = resume.lock();
+            if !resume.owns(generation) {
+                // A newer socket of the same client took over meanwhile.
+                return Ended::Detached;
+            }
+            if resume.start_writer(generation) {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            tracing::warn!(connection = %client.connection.id(), "previous transport did not stop; reconnect refused");
+            return Ended::Detached;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    client.inbound.lock().drop_partial();
+    // Its silence while away does not count against it.
+    client
+        .last_received_ms
+        .store(clients.now_ms(), std::sync::atomic::Ordering::Relaxed);
+    let frames = resume.lock().replay();
+    clients
+        .metrics()
+        .stateful_reconnects
+        .get_or_create(&crate::metrics::KindLabel { kind: "resumed" })
+        .inc();
+    tracing::debug!(connection = %client.connection.id(), frames = frames.len(), "stateful reconnect");
+    let binary = is_binary(client);
+    for frame in frames {
+        if !feed(socket, ws_message(binary, frame)).await {
+            client.transport_ended(clients, generation);
+            return Ended::Detached;
+        }
+    }
+    if !flush(socket).await {
+        client.transport_ended(clients, generation);
+        return Ended::Detached;
+    }
+    run(clients, client, socket, generation).await
 }
 
 /// Leaves the hub at once, then completes the WebSocket close handshake (bounded).
@@ -127,11 +212,19 @@ async fn close_socket(clients: &Clients, client: &Arc<ClientConnection>, socket:
 enum Step {
     /// The outbound queue handed over a batch.
     Write,
-    /// Nothing was written for a keep-alive interval.
+    /// Nothing was written for a keep-alive interval (or an Ack is due).
     Ping,
-    /// The client closed (or went away): flush the close reply and stop.
+    /// The client closed: flush the close reply and stop.
     Stop,
+    /// The socket failed or ended without a close: a stateful connection waits for its
+    /// client, any other ends.
+    Dropped(CloseReason),
+    /// The queue was interrupted: a new socket may be taking the connection over.
+    Look,
 }
+
+/// Stateful reconnect: what the client sent is acknowledged at most this often.
+const ACK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Reads, writes and pings until the connection ends.
 ///
@@ -140,18 +233,22 @@ enum Step {
 /// (owned, it would be stored again in each async fn that takes it), a plain function returns
 /// the async block (an `async fn` stores its arguments twice), nothing the `select!` returns
 /// is kept across an await, the inbound lock is synchronous, and the rare close path is boxed.
+/// `generation`: this transport's number for stateful reconnect (0 for the first).
 #[allow(clippy::manual_async_fn)] // on purpose: see above
 fn run<'a>(
     clients: &'a Clients,
     client: &'a Arc<ClientConnection>,
     socket: &'a mut WebSocket,
-) -> impl Future<Output = ()> + Send + 'a {
+    generation: u64,
+) -> impl Future<Output = Ended> + Send + 'a {
     async move {
         // Empty between batches: `next_batch` hands over the queue's own allocation, and it is
         // dropped once written, so an idle connection keeps no frame buffer.
         let mut batch = Vec::new();
         let ping_due = tokio::time::sleep(clients.config().timeouts.keep_alive_interval);
         tokio::pin!(ping_due);
+        // Stateful reconnect: when the Ack for what the client sent is due.
+        let mut ack_due: Option<Instant> = None;
         let reason = loop {
             if client
                 .hold_reading
@@ -161,53 +258,151 @@ fn run<'a>(
                 match Box::pin(hold(clients, client, socket, &mut batch, ping_due.as_mut())).await {
                     Held::Resume => {}
                     Held::Close(reason) => break reason,
-                    Held::SocketGone => return,
+                    Held::SocketGone => return dropped(clients, client, generation),
+                    Held::Look => {
+                        if let Some(ended) = look(client, generation) {
+                            return ended;
+                        }
+                    }
                 }
             }
+            // Stateful reconnect: with too much unacknowledged, take nothing more until Acks.
+            let take = !client
+                .resume()
+                .is_some_and(|resume| resume.lock().is_full());
             let step = tokio::select! {
                 incoming = socket.recv() => match incoming {
                     Some(Ok(WsMessage::Text(text))) => {
                         receive(clients, client, &Bytes::from(text));
+                        schedule_ack(client, &mut ack_due, ping_due.as_mut());
                         continue;
                     }
                     Some(Ok(WsMessage::Binary(data))) => {
                         receive(clients, client, &data);
+                        schedule_ack(client, &mut ack_due, ping_due.as_mut());
                         continue;
                     }
                     Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
-                    Some(Ok(WsMessage::Close(_))) | None => Step::Stop,
-                    Some(Err(error)) => break CloseReason::ProtocolError(error.to_string()),
+                    Some(Ok(WsMessage::Close(_))) => Step::Stop,
+                    None => Step::Dropped(CloseReason::ClientClosed),
+                    Some(Err(error)) => Step::Dropped(CloseReason::ProtocolError(error.to_string())),
                 },
-                next = client.connection.outbound().next_batch(&mut batch) => match next {
+                next = client.connection.outbound().next_batch_gated(&mut batch, take) => match next {
                     Batch::Frames => Step::Write,
                     Batch::Close(reason) => break reason,
+                    Batch::Interrupted => Step::Look,
                 },
                 _ = &mut ping_due, if client.may_ping() => Step::Ping,
             };
             match step {
                 Step::Write => {
+                    track(clients, client, &batch);
                     if !write_batch(socket, client, &mut batch).await {
-                        return;
+                        return dropped(clients, client, generation);
                     }
                 }
                 Step::Ping => {
+                    ack_due = None;
                     if !write_ping(socket, client).await {
-                        return;
+                        return dropped(clients, client, generation);
                     }
                 }
                 Step::Stop => {
                     // Send the queued close reply so the client sees a clean 1000 close.
                     clients.finish(client);
                     let _ = flush(socket).await;
-                    return;
+                    return Ended::Finished;
+                }
+                Step::Dropped(reason) => {
+                    if client.resume().is_some() {
+                        return dropped(clients, client, generation);
+                    }
+                    if reason == CloseReason::ClientClosed {
+                        clients.finish(client);
+                        return Ended::Finished;
+                    }
+                    break reason;
+                }
+                Step::Look => {
+                    if let Some(ended) = look(client, generation) {
+                        return ended;
+                    }
+                    continue;
                 }
             }
             let keep_alive = clients.config().timeouts.keep_alive_interval;
-            ping_due.as_mut().reset(Instant::now() + keep_alive);
+            let next = Instant::now() + keep_alive;
+            ping_due
+                .as_mut()
+                .reset(ack_due.map_or(next, |due| due.min(next)));
         };
         // Boxed: only a closing connection pays for the close path's futures.
         Box::pin(close(clients, client, socket, reason)).await;
+        Ended::Finished
     }
+}
+
+/// Stateful reconnect: numbers and keeps a batch about to be written, for replay.
+fn track(clients: &Clients, client: &ClientConnection, batch: &[Bytes]) {
+    if let Some(resume) = client.resume() {
+        let kept: usize = {
+            let mut resume = resume.lock();
+            batch.iter().map(|frame| resume.track(frame)).sum()
+        };
+        if kept > 0 {
+            clients
+                .metrics()
+                .stateful_buffered_bytes
+                .inc_by(kept as i64);
+        }
+    }
+}
+
+/// Stateful reconnect: after the client sent something, makes sure an Ack goes out within
+/// [`ACK_INTERVAL`] (it rides on the keep-alive timer).
+fn schedule_ack(
+    client: &ClientConnection,
+    ack_due: &mut Option<Instant>,
+    ping_due: std::pin::Pin<&mut tokio::time::Sleep>,
+) {
+    if ack_due.is_some()
+        || !client
+            .resume()
+            .is_some_and(|resume| resume.lock().owes_ack())
+    {
+        return;
+    }
+    let due = Instant::now() + ACK_INTERVAL;
+    *ack_due = Some(due);
+    if due < ping_due.deadline() {
+        ping_due.reset(due);
+    }
+}
+
+/// The socket is gone without a close: a stateful connection waits for its client to come
+/// back; any other ends.
+fn dropped(clients: &Clients, client: &ClientConnection, generation: u64) -> Ended {
+    if client.resume().is_none() || client.connection.outbound().is_closing() {
+        return Ended::Finished;
+    }
+    client.transport_ended(clients, generation);
+    Ended::Detached
+}
+
+/// After an interrupt: `Some` if this transport must stop, because a newer socket took the
+/// connection over or the connection was finished.
+fn look(client: &ClientConnection, generation: u64) -> Option<Ended> {
+    if client.is_finished() {
+        return Some(Ended::Finished);
+    }
+    let resume = client.resume()?;
+    let mut resume = resume.lock();
+    if resume.owns(generation) {
+        return None;
+    }
+    // Handing over: the new task starts once this one is marked gone.
+    resume.writer_ended(generation, 0);
+    Some(Ended::Detached)
 }
 
 /// How a pause in reading ended.
@@ -218,6 +413,8 @@ enum Held {
     Close(CloseReason),
     /// A write failed: the socket is gone.
     SocketGone,
+    /// The queue was interrupted (see [`Step::Look`]).
+    Look,
 }
 
 /// Default mode, the app server's connection congested by what this client sent: reading
@@ -231,17 +428,24 @@ async fn hold(
     mut ping_due: std::pin::Pin<&mut tokio::time::Sleep>,
 ) -> Held {
     loop {
+        let take = !client
+            .resume()
+            .is_some_and(|resume| resume.lock().is_full());
         let step = tokio::select! {
             _ = client.room_for_sends() => return Held::Resume,
-            next = client.connection.outbound().next_batch(batch) => match next {
+            next = client.connection.outbound().next_batch_gated(batch, take) => match next {
                 Batch::Frames => Step::Write,
                 Batch::Close(reason) => return Held::Close(reason),
+                Batch::Interrupted => return Held::Look,
             },
             _ = &mut ping_due, if client.may_ping() => Step::Ping,
         };
         let written = match step {
             Step::Ping => write_ping(socket, client).await,
-            _ => write_batch(socket, client, batch).await,
+            _ => {
+                track(clients, client, batch);
+                write_batch(socket, client, batch).await
+            }
         };
         if !written {
             return Held::SocketGone;
@@ -267,7 +471,8 @@ async fn write_batch(
     flush(socket).await
 }
 
-/// Writes a keep-alive ping; false if the socket failed.
+/// Writes a keep-alive ping, or the Ack a stateful connection owes (any message keeps the
+/// client's timeout at bay); false if the socket failed.
 async fn write_ping(socket: &mut WebSocket, client: &ClientConnection) -> bool {
     let binary = is_binary(client);
     let format = if binary {
@@ -275,7 +480,11 @@ async fn write_ping(socket: &mut WebSocket, client: &ClientConnection) -> bool {
     } else {
         Format::Json
     };
-    feed(socket, ws_message(binary, ping(format))).await && flush(socket).await
+    let frame = client
+        .resume()
+        .and_then(|resume| resume.lock().take_ack())
+        .unwrap_or_else(|| ping(format));
+    feed(socket, ws_message(binary, frame)).await && flush(socket).await
 }
 
 /// Hands what the client sent to the hub-protocol side; a protocol error closes the connection.

@@ -50,6 +50,53 @@ pub struct Config {
     pub upstream: Upstream,
     /// Several nodes sharing routing through Redis. See [`Cluster`].
     pub cluster: Cluster,
+    /// Clients that drop their WebSocket come back to the same connection. See
+    /// [`StatefulReconnect`].
+    pub stateful_reconnect: StatefulReconnect,
+}
+
+/// Stateful reconnect (ASP.NET Core 8+ clients' `withStatefulReconnect()`): a WebSocket client
+/// whose socket drops reconnects to the same connection within `window`, and both sides
+/// replay what the other had not acknowledged. Clients ask for it at negotiate; in Default
+/// mode an app server must allow it too (`allowStatefulReconnects` in its handshake).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct StatefulReconnect {
+    /// Offer it to clients that ask. Default true.
+    pub enabled: bool,
+    /// Bytes the service keeps per connection for replay; while the client has not
+    /// acknowledged more than this, nothing more is written to it (ASP.NET's
+    /// `StatefulReconnectBufferSize`). Default 100,000.
+    pub buffer_size: usize,
+    /// How long a dropped connection waits for its client to come back before it closes
+    /// (ASP.NET's disconnect timeout). Default 15s, at most 5 minutes.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for StatefulReconnect {
+    fn default() -> Self {
+        StatefulReconnect {
+            enabled: true,
+            buffer_size: 100_000,
+            window: Duration::from_secs(15),
+        }
+    }
+}
+
+impl StatefulReconnect {
+    fn validate(&self) -> Result<(), String> {
+        if self.enabled && self.buffer_size == 0 {
+            return Err("stateful_reconnect.buffer_size must be at least 1".into());
+        }
+        if self.window < Duration::from_secs(1) || self.window > Duration::from_secs(300) {
+            return Err(format!(
+                "stateful_reconnect.window must be between 1s and 300s (got {})",
+                humantime::format_duration(self.window)
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A cluster of equal nodes that share routing through Redis. Without `redis` the node is
@@ -359,6 +406,7 @@ impl Default for Config {
             cors: Cors::default(),
             upstream: Upstream::default(),
             cluster: Cluster::default(),
+            stateful_reconnect: StatefulReconnect::default(),
         }
     }
 }
@@ -449,6 +497,9 @@ impl Config {
 
     fn check(&self) -> Result<Templates, ConfigError> {
         self.cluster.validate().map_err(ConfigError::Invalid)?;
+        self.stateful_reconnect
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         if self.development_mode() && !self.listen.ip().is_loopback() {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on non-loopback address {} in development mode (no access key \

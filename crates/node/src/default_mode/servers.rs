@@ -56,6 +56,8 @@ pub(crate) struct ServerConnection {
     clients: Mutex<HashMap<ConnectionId, Arc<dyn LinkedClient>>>,
     /// The app server announced a graceful shutdown: no new clients.
     draining: AtomicBool,
+    /// Its handshake allowed stateful reconnect for its clients.
+    stateful_reconnects: AtomicBool,
     closed: AtomicBool,
     /// Woken when the queue was taken by the writer (or the connection closed), for clients
     /// that stopped reading while the queue was congested.
@@ -95,6 +97,7 @@ impl ServerConnection {
             through,
             clients: Default::default(),
             draining: Default::default(),
+            stateful_reconnects: Default::default(),
             closed: Default::default(),
             room: Notify::new(),
         }
@@ -144,6 +147,11 @@ impl ServerConnection {
     }
 
     /// The connection ended: it takes no more clients and no more messages.
+    /// Its handshake said `allowStatefulReconnects`.
+    pub(crate) fn allow_stateful_reconnects(&self) {
+        self.stateful_reconnects.store(true, Ordering::Release);
+    }
+
     pub(crate) fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
         self.room.notify_waiters();
@@ -275,6 +283,14 @@ impl Servers {
                 hubs.remove(&connection.hub);
             }
         }
+    }
+
+    /// Whether an app server of the hub connected here allows stateful reconnect.
+    pub(crate) fn allow_stateful_reconnects(&self, hub: &HubName) -> bool {
+        self.hubs.read().get(hub).is_some_and(|list| {
+            list.iter()
+                .any(|c| c.stateful_reconnects.load(Ordering::Acquire))
+        })
     }
 
     pub(crate) fn seen(&self, hub: &HubName) -> bool {

@@ -63,9 +63,11 @@ async fn serve_connection(
     let config = app.executor.config();
     let reader = FrameReader::new(config.limits.max_server_message_size);
     let mut buffer = BytesMut::new();
+    let mut stateful = false;
     let accepted = match read_handshake(&app, &mut socket, &reader, &mut buffer).await {
         Ok(_) if refusal.is_some() => Err(Refusal::Refused(refusal.unwrap_or_default())),
         Ok(request) => accept(&app, &request).and_then(|accepted| {
+            stateful = request.allow_stateful_reconnects == Some(true);
             let passed_on = through.is_some() && accepted.0 == ConnectionKind::OnDemand;
             match passed_on.then(|| app.default_mode.refuse_passed_on(&hub, &server_id)) {
                 Some(Some(why)) => Err(Refusal::Refused(why)),
@@ -92,6 +94,9 @@ async fn serve_connection(
         app.default_mode.max_pending_bytes_per_server_connection(),
         through,
     ));
+    if stateful {
+        connection.allow_stateful_reconnects();
+    }
     connection.send(&ServiceMessage::HandshakeResponse(HandshakeResponse {
         error_message: String::new(),
         ext: Extensions::default(),
@@ -283,6 +288,8 @@ async fn serve(
                     last_write = Instant::now();
                 }
                 Batch::Close(reason) => return Err(LinkError::Queue(reason)),
+                // Only client writers are interrupted.
+                Batch::Interrupted => {}
             },
             _ = tokio::time::sleep_until(ping_due) => {
                 connection.send(&ServiceMessage::Ping(Ping::keep_alive()));

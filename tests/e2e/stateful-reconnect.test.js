@@ -1,0 +1,372 @@
+'use strict';
+// Stateful reconnect with the official client (`withStatefulReconnect()`), in serverless and
+// Default mode, JSON and MessagePack. Every client connects through a TCP proxy owned by the
+// test (lib/proxy.js), which resets the client's WebSocket (both TCP connections, no close
+// frame) again and again while numbered messages flow both ways. The client reconnects to
+// the same connection and both sides replay what the other had not acknowledged: every
+// number must arrive exactly once and in order, groups are kept, and the upstream or the app
+// server never sees the connection end.
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const http = require('node:http');
+const os = require('node:os');
+const path = require('node:path');
+const { waitFor, sleep, uniqueHub, signalR, MessagePackHubProtocol } = require('./lib/client');
+const { startService } = require('./lib/service');
+const { startAppServer, stopAppServers } = require('./lib/appserver');
+const { Rest } = require('./lib/rest');
+const { CutProxy } = require('./lib/proxy');
+
+/** Numbered messages each way per case. */
+const COUNT = Number(process.env.E2E_STATEFUL_COUNT || 10000);
+const PROTOCOLS = ['json', 'messagepack'];
+
+/** The upstream of the serverless cases: records events and `count` invocations. */
+class Upstream {
+  constructor() {
+    this.events = []; // { id, event, body }
+    this.server = http.createServer((req, res) => {
+      const chunks = [];
+      req.on('data', (c) => chunks.push(c));
+      req.on('end', () => {
+        this.events.push({
+          id: req.headers['x-asrs-connection-id'],
+          event: req.headers['x-asrs-event'],
+          type: req.headers['content-type'],
+          body: Buffer.concat(chunks),
+        });
+        res.writeHead(200);
+        res.end();
+      });
+    });
+  }
+
+  async start() {
+    await new Promise((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.port = this.server.address().port;
+  }
+
+  of(id, event) {
+    return this.events.filter((e) => e.id === id && e.event === event);
+  }
+
+  stop() {
+    this.server.closeAllConnections();
+    return new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+/** The numbers in the upstream's `count` invocations, in arrival order. */
+function countedNumbers(upstream, id) {
+  const json = new signalR.JsonHubProtocol();
+  const msgpack = new MessagePackHubProtocol();
+  return upstream.of(id, 'count').map(({ type, body }) => {
+    if (type === 'application/json') {
+      return json.parseMessages(`${body.toString('utf8')}\x1e`, signalR.NullLogger.instance)[0].arguments[0];
+    }
+    const prefix = [];
+    let length = body.length;
+    do {
+      let byte = length & 0x7f;
+      length >>= 7;
+      if (length > 0) byte |= 0x80;
+      prefix.push(byte);
+    } while (length > 0);
+    const framed = Buffer.concat([Buffer.from(prefix), body]);
+    const buffer = framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
+    return msgpack.parseMessages(buffer, signalR.NullLogger.instance)[0].arguments[0];
+  });
+}
+
+function build(url, { protocol, token, stateful = true }) {
+  let builder = new signalR.HubConnectionBuilder()
+    .withUrl(url, {
+      transport: signalR.HttpTransportType.WebSockets,
+      ...(token ? { accessTokenFactory: () => token } : {}),
+    })
+    .configureLogging(process.env.E2E_CLIENT_LOG ? signalR.LogLevel.Debug : signalR.LogLevel.None);
+  if (stateful) builder = builder.withStatefulReconnect();
+  if (protocol === 'messagepack') builder = builder.withHubProtocol(new MessagePackHubProtocol());
+  const connection = builder.build();
+  const closed = new Promise((resolve) => connection.onclose((error) => resolve(error || new Error('closed'))));
+  return { connection, closed };
+}
+
+/** Cuts the proxy's client WebSockets every 30–180 ms until `work` settles. */
+async function cutDuring(proxy, work) {
+  let done = false;
+  const finished = work.finally(() => {
+    done = true;
+  });
+  let cuts = 0;
+  while (!done) {
+    await Promise.race([sleep(30 + Math.floor(Math.random() * 150)), finished.catch(() => {})]);
+    if (!done && !process.env.E2E_NO_CUTS) cuts += proxy.cut();
+  }
+  await finished;
+  return cuts;
+}
+
+/** Resolves once `check()` is true (polled), or rejects naming `what`. */
+async function until(check, ms, what) {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+function range(n) {
+  return Array.from({ length: n }, (_, i) => i + 1);
+}
+
+/** The value of a Prometheus sample, 0 when absent. */
+async function metric(baseUrl, name) {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  return line ? Number(line.split(' ')[1]) : 0;
+}
+
+/** The first differences between two number lists, for a readable failure. */
+function describeMismatch(got, want) {
+  const seen = new Set();
+  const duplicated = got.filter((n) => (seen.has(n) ? true : (seen.add(n), false)));
+  const missing = want.filter((n) => !seen.has(n));
+  const firstOutOfOrder = got.findIndex((n, i) => i > 0 && n < got[i - 1]);
+  return `got ${got.length} of ${want.length}: missing ${missing.length} (first ${missing.slice(0, 5)}), `
+    + `duplicated ${duplicated.length} (first ${duplicated.slice(0, 5)}), first out of order at index ${firstOutOfOrder}`;
+}
+
+function assertExactly(got, want, what) {
+  const ok = got.length === want.length && got.every((n, i) => n === want[i]);
+  assert.ok(ok, `${what}: ${describeMismatch(got, want)}`);
+}
+
+describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP resets by a proxy)', () => {
+  describe('serverless', () => {
+    const upstream = new Upstream();
+    const proxy = new CutProxy();
+    let service;
+    let rest;
+    let dir;
+
+    before(async () => {
+      await upstream.start();
+      await proxy.start();
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-e2e-stateful-'));
+      const file = path.join(dir, 'switchyard.toml');
+      fs.writeFileSync(file, [
+        '[stateful_reconnect]',
+        'window = "2s"',
+        '',
+        '[upstream]',
+        'timeout = "5s"',
+        '',
+        '[[upstream.templates]]',
+        `url_template = "http://127.0.0.1:${upstream.port}/api/{hub}/{category}/{event}"`,
+        '',
+      ].join('\n'));
+      service = await startService(['--config', file]);
+      proxy.target = service.port;
+      rest = new Rest(service);
+    });
+
+    after(async () => {
+      await proxy.stop();
+      if (service) await service.stop();
+      await upstream.stop();
+      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    /** A client URL and token of the service, with the URL through the proxy. */
+    async function viaProxy(hub, user) {
+      const minted = await service.token({ hub, user });
+      return { url: minted.url.replace(`:${service.port}/`, `:${proxy.port}/`), token: minted.accessToken };
+    }
+
+    it('negotiate offers it only to clients that ask', async () => {
+      const hub = uniqueHub('sr');
+      const { token } = await viaProxy(hub, 'alice');
+      const ask = async (query) => {
+        const res = await fetch(`${service.baseUrl}/client/negotiate?hub=${hub}&negotiateVersion=1${query}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}` },
+        });
+        return res.json();
+      };
+      const asked = await ask('&useStatefulReconnect=true');
+      assert.equal(Object.keys(asked)[0], 'useStatefulReconnect', 'first, as ASP.NET writes it');
+      assert.equal(asked.useStatefulReconnect, true);
+      assert.equal('useStatefulReconnect' in (await ask('')), false);
+      assert.equal('useStatefulReconnect' in (await ask('&useStatefulReconnect=false')), false);
+    });
+
+    for (const protocol of PROTOCOLS) {
+      it(`${protocol}: ${COUNT} numbered messages each way across resets: none lost, duplicated or reordered; group and connection kept`, async () => {
+        const hub = uniqueHub('sr');
+        const { url, token } = await viaProxy(hub, 'alice');
+        const { connection, closed } = build(url, { protocol, token });
+        const numbers = [];
+        const grouped = [];
+        connection.on('n', (n) => numbers.push(n));
+        connection.on('g', (text) => grouped.push(text));
+        let reconnecting = 0;
+        connection.onreconnecting(() => {
+          reconnecting += 1;
+        });
+        await waitFor(connection.start(), 10000, 'start()');
+        const id = connection.connectionId;
+        await rest.addConnectionToGroup(hub, 'room', id);
+        const resumedBefore = await metric(service.baseUrl, 'switchyard_stateful_reconnects_total{kind="resumed"}');
+
+        const toClient = (async () => {
+          for (const n of range(COUNT)) await rest.sendToConnection(hub, id, 'n', [n]);
+        })();
+        // Paced to the upstream, which takes one call at a time: a connection's calls waiting
+        // for the upstream are bounded (limits.max_pending_bytes_per_connection), and a
+        // non-blocking call past that bound is dropped, reset or not.
+        const toServer = (async () => {
+          for (const n of range(COUNT)) {
+            await connection.send('count', n);
+            if (n % 100 === 0) await until(() => upstream.of(id, 'count').length >= n - 500, 20000, 'the upstream to catch up');
+          }
+        })();
+        const progress = process.env.E2E_VERBOSE && setInterval(() => {
+          process.stderr.write(`# at client ${numbers.length}, at upstream ${upstream.of(id, 'count').length}, cuts ${proxy.cuts}, state ${connection.state}\n`);
+        }, 1000);
+        const cuts = await cutDuring(proxy, Promise.all([toClient, toServer])).finally(() => clearInterval(progress));
+        if (!process.env.E2E_NO_CUTS) assert.ok(cuts >= 3, `only ${cuts} cuts happened`);
+
+        await until(() => numbers.length >= COUNT, 20000, `${COUNT} messages at the client (have ${numbers.length})`);
+        await until(() => upstream.of(id, 'count').length >= COUNT, 20000, `${COUNT} invocations at the upstream`)
+          .catch((e) => {
+            throw new Error(`${e.message}: ${describeMismatch(countedNumbers(upstream, id), range(COUNT))}`);
+          });
+        await sleep(300); // anything duplicated would arrive now
+        assertExactly(numbers, range(COUNT), 'service → client');
+        assertExactly(countedNumbers(upstream, id), range(COUNT), 'client → upstream');
+
+        assert.equal(connection.state, signalR.HubConnectionState.Connected);
+        assert.equal(connection.connectionId, id, 'the same connection');
+        assert.equal(reconnecting, 0, 'no new connection was made');
+        await rest.sendToGroup(hub, 'room', 'g', ['after the resets']);
+        await until(() => grouped.length === 1, 5000, 'the group message');
+        assert.equal(upstream.of(id, 'connected').length, 1);
+        assert.equal(upstream.of(id, 'disconnected').length, 0, 'the upstream saw no disconnect');
+        const resumed = await metric(service.baseUrl, 'switchyard_stateful_reconnects_total{kind="resumed"}');
+        assert.ok(resumed - resumedBefore >= 1, `resumed counter moved by ${resumed - resumedBefore}`);
+        process.stderr.write(`# serverless ${protocol}: ${cuts} resets, ${resumed - resumedBefore} resumed\n`);
+
+        await waitFor(connection.stop(), 5000, 'stop()');
+        await closed;
+        await until(() => upstream.of(id, 'disconnected').length === 1, 5000, 'disconnected after stop()');
+      });
+    }
+
+    it('a client that comes back after the window finds its connection gone and is told so', async () => {
+      const hub = uniqueHub('sr');
+      const { url, token } = await viaProxy(hub, 'bob');
+      const { connection, closed } = build(url, { protocol: 'json', token });
+      await waitFor(connection.start(), 10000, 'start()');
+      const id = connection.connectionId;
+      const windowBefore = await metric(service.baseUrl, 'switchyard_stateful_reconnects_total{kind="window"}');
+      await sleep(proxy.settleMs);
+      proxy.delayNew(3500); // the window is 2 s
+      assert.equal(proxy.cut(), 1);
+      const error = await waitFor(closed, 10000, 'the client to give up');
+      assert.ok(error instanceof Error);
+      await until(() => upstream.of(id, 'disconnected').length === 1, 5000, 'disconnected at the upstream');
+      const expired = await metric(service.baseUrl, 'switchyard_stateful_reconnects_total{kind="window"}');
+      assert.equal(expired - windowBefore, 1);
+    });
+
+    it('a client that did not ask gets no stateful reconnect: a reset ends its connection', async () => {
+      const hub = uniqueHub('sr');
+      const { url, token } = await viaProxy(hub, 'carol');
+      const { connection, closed } = build(url, { protocol: 'json', token, stateful: false });
+      await waitFor(connection.start(), 10000, 'start()');
+      const id = connection.connectionId;
+      await sleep(proxy.settleMs);
+      assert.equal(proxy.cut(), 1);
+      await waitFor(closed, 5000, 'the close');
+      await until(() => upstream.of(id, 'disconnected').length === 1, 5000, 'disconnected at the upstream');
+    });
+  });
+
+  describe('Default mode (switchyard-bench app-server)', () => {
+    const proxy = new CutProxy();
+    let service;
+
+    before(async () => {
+      await proxy.start();
+      // Everything reaches the service through the proxy (the connection string names it),
+      // but only client WebSockets are ever cut.
+      service = await startService(['--mode', 'default', '--public-endpoint', proxy.baseUrl]);
+      proxy.target = service.port;
+    });
+
+    after(async () => {
+      await stopAppServers();
+      await proxy.stop();
+      if (service) await service.stop();
+    });
+
+    for (const protocol of PROTOCOLS) {
+      it(`${protocol}: ${COUNT} echoes across resets: none lost, duplicated or reordered; group and connection kept at the app server`, async () => {
+        const hub = uniqueHub('srd');
+        const app = await startAppServer(service, {
+          serverId: `e2e-sr-${protocol}-${process.pid}`,
+          hubs: [hub],
+          connections: 2,
+          extraArgs: ['--allow-stateful-reconnects'],
+        });
+        const { connection, closed } = build(app.hubUrl(hub, 'dave'), { protocol });
+        const numbers = [];
+        const other = [];
+        connection.on('Measure', (n, payload) => (typeof n === 'number' ? numbers.push(n) : other.push([n, payload])));
+        await waitFor(connection.start(), 10000, 'start()');
+        const id = connection.connectionId;
+        await waitFor(connection.invoke('JoinGroup', 'room'), 5000, 'JoinGroup');
+
+        // Paced by the echoes (at most 1,000 in flight), so the stream lasts long enough to
+        // be cut many times; the resets go on until every echo is in.
+        const cuts = await cutDuring(proxy, (async () => {
+          for (const n of range(COUNT)) {
+            await connection.send('Echo', n, 'x');
+            if (n % 100 === 0) await until(() => numbers.length >= n - 1000, 20000, `echoes up to ${n - 1000}`);
+          }
+          await until(() => numbers.length >= COUNT, 30000, `${COUNT} echoes (have ${numbers.length})`);
+        })());
+        if (!process.env.E2E_NO_CUTS) assert.ok(cuts >= 3, `only ${cuts} cuts happened`);
+        await sleep(300);
+        assertExactly(numbers, range(COUNT), 'client → app server → client');
+
+        assert.equal(connection.state, signalR.HubConnectionState.Connected);
+        // The app server still holds the connection under its first id: it saw no
+        // disconnect and no new connect.
+        assert.equal(await waitFor(connection.invoke('GetConnectionId'), 5000, 'GetConnectionId'), id);
+        await waitFor(connection.invoke('SendToGroup', 'room', 'group', 'after'), 5000, 'SendToGroup');
+        await until(() => other.length === 1, 5000, 'the group message');
+        assert.deepEqual(other[0], ['group', 'after']);
+        process.stderr.write(`# default ${protocol}: ${cuts} resets\n`);
+        await waitFor(connection.stop(), 5000, 'stop()');
+        await closed;
+        await app.stop();
+      });
+    }
+
+    it('an app server that does not allow it: negotiate does not offer it', async () => {
+      const hub = uniqueHub('srd');
+      const app = await startAppServer(service, { serverId: `e2e-sr-off-${process.pid}`, hubs: [hub], connections: 1 });
+      const { connection, closed } = build(app.hubUrl(hub, 'erin'), { protocol: 'json' });
+      await waitFor(connection.start(), 10000, 'start()');
+      assert.equal(connection.connection.features.reconnect, false, 'the client did not get stateful reconnect');
+      await sleep(proxy.settleMs);
+      assert.equal(proxy.cut(), 1);
+      await waitFor(closed, 5000, 'the close after a reset');
+      await app.stop();
+    });
+  });
+});
