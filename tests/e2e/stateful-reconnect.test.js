@@ -18,6 +18,7 @@ const { startService } = require('./lib/service');
 const { startAppServer, stopAppServers } = require('./lib/appserver');
 const { Rest } = require('./lib/rest');
 const { CutProxy } = require('./lib/proxy');
+const { build, cutDuring, until, range, metric, describeMismatch, assertExactly } = require('./lib/stateful');
 
 /** Numbered messages each way per case. */
 const COUNT = Number(process.env.E2E_STATEFUL_COUNT || 10000);
@@ -78,70 +79,6 @@ function countedNumbers(upstream, id) {
     const buffer = framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
     return msgpack.parseMessages(buffer, signalR.NullLogger.instance)[0].arguments[0];
   });
-}
-
-function build(url, { protocol, token, stateful = true }) {
-  let builder = new signalR.HubConnectionBuilder()
-    .withUrl(url, {
-      transport: signalR.HttpTransportType.WebSockets,
-      ...(token ? { accessTokenFactory: () => token } : {}),
-    })
-    .configureLogging(process.env.E2E_CLIENT_LOG ? signalR.LogLevel.Debug : signalR.LogLevel.None);
-  if (stateful) builder = builder.withStatefulReconnect();
-  if (protocol === 'messagepack') builder = builder.withHubProtocol(new MessagePackHubProtocol());
-  const connection = builder.build();
-  const closed = new Promise((resolve) => connection.onclose((error) => resolve(error || new Error('closed'))));
-  return { connection, closed };
-}
-
-/** Cuts the proxy's client WebSockets every 30–180 ms until `work` settles. */
-async function cutDuring(proxy, work) {
-  let done = false;
-  const finished = work.finally(() => {
-    done = true;
-  });
-  let cuts = 0;
-  while (!done) {
-    await Promise.race([sleep(30 + Math.floor(Math.random() * 150)), finished.catch(() => {})]);
-    if (!done && !process.env.E2E_NO_CUTS) cuts += proxy.cut();
-  }
-  await finished;
-  return cuts;
-}
-
-/** Resolves once `check()` is true (polled), or rejects naming `what`. */
-async function until(check, ms, what) {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(20);
-  }
-}
-
-function range(n) {
-  return Array.from({ length: n }, (_, i) => i + 1);
-}
-
-/** The value of a Prometheus sample, 0 when absent. */
-async function metric(baseUrl, name) {
-  const text = await (await fetch(`${baseUrl}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  return line ? Number(line.split(' ')[1]) : 0;
-}
-
-/** The first differences between two number lists, for a readable failure. */
-function describeMismatch(got, want) {
-  const seen = new Set();
-  const duplicated = got.filter((n) => (seen.has(n) ? true : (seen.add(n), false)));
-  const missing = want.filter((n) => !seen.has(n));
-  const firstOutOfOrder = got.findIndex((n, i) => i > 0 && n < got[i - 1]);
-  return `got ${got.length} of ${want.length}: missing ${missing.length} (first ${missing.slice(0, 5)}), `
-    + `duplicated ${duplicated.length} (first ${duplicated.slice(0, 5)}), first out of order at index ${firstOutOfOrder}`;
-}
-
-function assertExactly(got, want, what) {
-  const ok = got.length === want.length && got.every((n, i) => n === want[i]);
-  assert.ok(ok, `${what}: ${describeMismatch(got, want)}`);
 }
 
 describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP resets by a proxy)', () => {
