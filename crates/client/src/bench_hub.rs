@@ -6,7 +6,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use crate::app_server::{Caller, HubContext, HubMethods, MethodResult};
+use crate::app_server::{Caller, ClientStream, HubContext, HubMethods, MethodResult};
 
 /// The benchmark's hub methods, for every hub the app server serves.
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,8 +19,14 @@ impl HubMethods for BenchHub {
         caller: Caller,
         method: String,
         arguments: Vec<Value>,
+        streams: Vec<ClientStream>,
     ) -> BoxFuture<'static, MethodResult> {
-        Box::pin(async move { invoke(&context, &caller, &method, arguments).await })
+        Box::pin(async move {
+            if !streams.is_empty() {
+                return Err(format!("An unexpected error occurred invoking '{method}' on the server. HubException: Client sent {} stream(s), Hub method expects 0.", streams.len()));
+            }
+            invoke(&context, &caller, &method, arguments).await
+        })
     }
 }
 

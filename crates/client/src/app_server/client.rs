@@ -2,6 +2,7 @@
 //! send (split from ConnectionData chunks), and the task that runs their invocations one
 //! at a time, as ASP.NET Core does by default.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -10,9 +11,10 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use switchyard_hub_protocol::{handshake, CompletionResult, Format, FrameSplitter, HubMessage};
 use switchyard_service_protocol::{ConnectionData, Extensions, OpenConnection};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::link::Link;
+use super::methods::ClientStream;
 use super::InvokeError;
 
 /// ASP.NET Core's keep-alive interval towards clients.
@@ -29,12 +31,26 @@ const USER_CLAIMS: [&str; 4] = [
     "sub",
 ];
 
+/// What an upload stream ends with when the client goes before completing it.
+const UPLOAD_ABANDONED: &str = "The client disconnected before completing the stream.";
+
 /// An invocation for the client's worker task.
 pub enum Job {
     Invoke {
         invocation_id: Option<String>,
         target: String,
         arguments: Vec<Value>,
+        /// Upload streams, in `streamIds` order; registered when the message arrived, so the
+        /// items that follow it are never lost.
+        streams: Vec<ClientStream>,
+    },
+    /// A StreamInvocation; `cancel` fires on CancelInvocation or when the client leaves.
+    Stream {
+        invocation_id: String,
+        target: String,
+        arguments: Vec<Value>,
+        streams: Vec<ClientStream>,
+        cancel: oneshot::Receiver<()>,
     },
     /// Answer with an error completion, in order with the other jobs.
     Reject {
@@ -59,6 +75,10 @@ pub struct Client {
     /// Known after the handshake (or from OpenConnection's `protocol` for migrated clients).
     format: OnceLock<Format>,
     stream: Mutex<Stream>,
+    /// Upload streams not yet completed by the client, by stream id.
+    uploads: Mutex<HashMap<String, mpsc::UnboundedSender<Result<Value, String>>>>,
+    /// Streams to the client still running, by invocation id; dropping a sender cancels.
+    streaming: Mutex<HashMap<String, oneshot::Sender<()>>>,
 }
 
 struct Stream {
@@ -102,7 +122,81 @@ impl Client {
                 buffer: BytesMut::new(),
                 scanned: 0,
             }),
+            uploads: Mutex::default(),
+            streaming: Mutex::default(),
         }
+    }
+
+    /// Registers the upload streams an invocation announces (`streamIds`).
+    pub(super) fn open_uploads(&self, ids: &[String]) -> Vec<ClientStream> {
+        let mut uploads = self.uploads.lock();
+        ids.iter()
+            .map(|id| {
+                // Unbounded: the connection's reader must not wait on one handler (every
+                // client on the server connection would stall behind it).
+                let (tx, items) = mpsc::unbounded_channel();
+                uploads.insert(id.clone(), tx);
+                ClientStream {
+                    id: id.clone(),
+                    items,
+                }
+            })
+            .collect()
+    }
+
+    /// A StreamItem of an upload; one for a stream not open is dropped, as in ASP.NET Core.
+    pub(super) fn upload_item(&self, id: &str, item: Value) {
+        match self.uploads.lock().get(id) {
+            // A handler that dropped its stream just does not see the rest.
+            Some(tx) => {
+                let _ = tx.send(Ok(item));
+            }
+            None => {
+                tracing::debug!(connection = %self.id, stream = %id, "item for an unknown stream")
+            }
+        }
+    }
+
+    /// A Completion that ends an upload; `false` if `id` is not an open upload (then it
+    /// answers a client invocation).
+    pub(super) fn end_upload(&self, id: &str, error: Option<String>) -> bool {
+        let Some(tx) = self.uploads.lock().remove(id) else {
+            return false;
+        };
+        if let Some(error) = error {
+            let _ = tx.send(Err(error));
+        }
+        true
+    }
+
+    /// Registers a stream to the client; `None` if the id is in use.
+    pub(super) fn start_streaming(&self, id: &str) -> Option<oneshot::Receiver<()>> {
+        let mut streaming = self.streaming.lock();
+        if streaming.contains_key(id) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        streaming.insert(id.to_owned(), tx);
+        Some(rx)
+    }
+
+    /// CancelInvocation: unknown ids are ignored, as in ASP.NET Core.
+    pub(super) fn cancel_streaming(&self, id: &str) {
+        if let Some(tx) = self.streaming.lock().remove(id) {
+            let _ = tx.send(());
+        }
+    }
+
+    pub(super) fn streaming_done(&self, id: &str) {
+        self.streaming.lock().remove(id);
+    }
+
+    /// The client left: its uploads fail and its streams stop.
+    pub(super) fn abandon_streams(&self) {
+        for (_, tx) in self.uploads.lock().drain() {
+            let _ = tx.send(Err(UPLOAD_ABANDONED.to_owned()));
+        }
+        self.streaming.lock().clear();
     }
 
     /// The client's hub protocol, once known.

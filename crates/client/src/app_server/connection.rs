@@ -332,9 +332,11 @@ where
             }
             batch.freeze()
         };
+        let len = frame.len();
         if sink.send(WsMessage::Binary(frame)).await.is_err() {
             return;
         }
+        link.wrote(len);
         link.last_write_ms.store(now_ms(), Ordering::Relaxed);
         if close_after {
             let _ = sink.send(WsMessage::Close(None)).await;

@@ -6,20 +6,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard_hub_protocol::{
-    encode_completion, handshake, ping, CompletionResult, Format, HubMessage,
+    encode_completion, encode_message, handshake, ping, CompletionResult, Format, HubMessage,
 };
 use switchyard_service_protocol::{
     ClientCompletion, ConnectionData, Extensions, OpenConnection, ServiceMessage,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::client::{result_value, Client, ClientEntry, Event, Job, CLIENT_PING_INTERVAL};
 use super::context::HubContext;
 use super::hub::Hub;
 use super::link::Link;
-use super::methods::{Caller, HubMethods};
+use super::methods::{Caller, HubMethods, ItemStream};
 use super::results::Routed;
 use super::InvokeError;
 
@@ -89,7 +90,10 @@ impl Hub {
             },
         );
         match previous {
-            Some(old) => old.client.link.clients.fetch_sub(1, Ordering::Relaxed),
+            Some(old) => {
+                old.client.abandon_streams();
+                old.client.link.clients.fetch_sub(1, Ordering::Relaxed)
+            }
             None => self.info.clients.fetch_add(1, Ordering::Relaxed),
         };
         link.clients.fetch_add(1, Ordering::Relaxed);
@@ -143,29 +147,60 @@ impl Hub {
                 invocation_id,
                 target,
                 arguments,
+                stream_ids,
                 ..
             } => {
+                let streams = client.open_uploads(stream_ids.as_deref().unwrap_or_default());
                 let _ = jobs.send(Job::Invoke {
                     invocation_id,
                     target,
                     arguments,
+                    streams,
                 });
             }
             HubMessage::StreamInvocation {
                 invocation_id,
                 target,
+                arguments,
+                stream_ids,
                 ..
             } => {
-                let _ = jobs.send(Job::Reject {
-                    invocation_id,
-                    error: format!("Unknown hub method '{target}'"),
-                });
+                let job = match client.start_streaming(&invocation_id) {
+                    Some(cancel) => Job::Stream {
+                        streams: client.open_uploads(stream_ids.as_deref().unwrap_or_default()),
+                        invocation_id,
+                        target,
+                        arguments,
+                        cancel,
+                    },
+                    None => Job::Reject {
+                        error: format!("Invocation ID '{invocation_id}' is already in use."),
+                        invocation_id,
+                    },
+                };
+                let _ = jobs.send(job);
+            }
+            HubMessage::StreamItem {
+                invocation_id,
+                item,
+                ..
+            } => client.upload_item(&invocation_id, item),
+            HubMessage::CancelInvocation { invocation_id, .. } => {
+                client.cancel_streaming(&invocation_id)
             }
             HubMessage::Completion {
                 invocation_id,
                 result,
                 ..
-            } => self.on_client_result(client, &invocation_id, result, framed),
+            } => {
+                let error = match &result {
+                    CompletionResult::Error(e) => Some(e.clone()),
+                    _ => None,
+                };
+                if !client.end_upload(&invocation_id, error) {
+                    self.on_client_result(client, &invocation_id, result, framed);
+                }
+            }
             HubMessage::Close { .. } => {
                 self.close_client(client, "");
                 return false;
@@ -224,24 +259,42 @@ async fn worker(
         tokio::select! {
             job = jobs.recv() => match job {
                 None => return,
-                Some(Job::Invoke { invocation_id, target, arguments }) => {
-                    let context = HubContext {
-                        hub: hub.clone(),
-                        scope: Some(client.link.clone()),
+                Some(Job::Invoke { invocation_id, target, arguments, streams }) => {
+                    let context = context_for(&hub, &client);
+                    let caller = caller_of(&client);
+                    let uploads = !streams.is_empty();
+                    let run = methods.invoke(context, caller, target, arguments, streams);
+                    let client = client.clone();
+                    let finish = async move {
+                        let outcome = run.await;
+                        if let Some(id) = invocation_id {
+                            let result = match outcome {
+                                Ok(None) => CompletionResult::Void,
+                                Ok(Some(value)) => CompletionResult::Value(value),
+                                Err(error) => CompletionResult::Error(error),
+                            };
+                            complete(&client, &id, result);
+                        }
                     };
-                    let caller = Caller {
-                        connection_id: client.id.clone(),
-                        user_id: client.user.clone(),
-                        instance_id: client.instance_id.clone(),
-                    };
-                    let outcome = methods.invoke(context, caller, target, arguments).await;
-                    if let Some(id) = invocation_id {
-                        let result = match outcome {
-                            Ok(None) => CompletionResult::Void,
-                            Ok(Some(value)) => CompletionResult::Value(value),
-                            Err(error) => CompletionResult::Error(error),
-                        };
-                        complete(&client, &id, result);
+                    // A method reading uploads runs in the background, as in ASP.NET Core:
+                    // the client may invoke more while it streams.
+                    if uploads {
+                        tokio::spawn(finish);
+                    } else {
+                        finish.await;
+                    }
+                }
+                Some(Job::Stream { invocation_id, target, arguments, streams, cancel }) => {
+                    let context = context_for(&hub, &client);
+                    let caller = caller_of(&client);
+                    match methods.stream(context, caller, target, arguments, streams).await {
+                        Ok(items) => {
+                            tokio::spawn(send_stream(client.clone(), invocation_id, items, cancel));
+                        }
+                        Err(error) => {
+                            client.streaming_done(&invocation_id);
+                            complete(&client, &invocation_id, CompletionResult::Error(error));
+                        }
                     }
                 }
                 Some(Job::Reject { invocation_id, error }) => {
@@ -255,6 +308,76 @@ async fn worker(
             }
         }
     }
+}
+
+fn context_for(hub: &Arc<Hub>, client: &Client) -> HubContext {
+    HubContext {
+        hub: hub.clone(),
+        scope: Some(client.link.clone()),
+    }
+}
+
+fn caller_of(client: &Client) -> Caller {
+    Caller {
+        connection_id: client.id.clone(),
+        user_id: client.user.clone(),
+        instance_id: client.instance_id.clone(),
+    }
+}
+
+/// Bytes a server connection may have queued before streams to clients wait for its socket.
+const STREAM_BACKLOG: usize = 1024 * 1024;
+
+/// Sends a stream's items to the client as StreamItems, then a Completion (also after a
+/// cancel, as ASP.NET Core does; the client ignores it). A cancel drops the stream, which is
+/// how the method learns of it.
+async fn send_stream(
+    client: Arc<Client>,
+    invocation_id: String,
+    mut items: ItemStream,
+    mut cancel: oneshot::Receiver<()>,
+) {
+    let format = client.format().unwrap_or(Format::Json);
+    let mut error = None;
+    let mut sent = 0u64;
+    loop {
+        let next = async {
+            // A producer that is always ready must not hold this thread, nor outrun the
+            // socket to the service.
+            if sent % 64 == 63 {
+                tokio::task::yield_now().await;
+            }
+            client.link.wait_room(STREAM_BACKLOG).await;
+            items.next().await
+        };
+        tokio::select! {
+            // A cancel wins over an item that is ready at the same time.
+            biased;
+            _ = &mut cancel => break,
+            item = next => match item {
+                Some(Ok(item)) => {
+                    let message = HubMessage::StreamItem {
+                        headers: Vec::new(),
+                        invocation_id: invocation_id.clone(),
+                        item,
+                    };
+                    if !client.send_raw(encode_message(format, &message)) {
+                        break;
+                    }
+                    sent += 1;
+                }
+                Some(Err(e)) => {
+                    error = Some(e);
+                    break;
+                }
+                None => break,
+            },
+        }
+    }
+    drop(items);
+    client.streaming_done(&invocation_id);
+    let result = error.map_or(CompletionResult::Void, CompletionResult::Error);
+    complete(&client, &invocation_id, result);
 }
 
 fn complete(client: &Client, invocation_id: &str, result: CompletionResult<Value>) {

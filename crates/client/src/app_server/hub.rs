@@ -237,6 +237,7 @@ impl Hub {
     pub fn forget_client(&self, id: &str) {
         let removed = self.clients.lock().remove(id);
         if let Some(entry) = removed {
+            entry.client.abandon_streams();
             entry.client.link.clients.fetch_sub(1, Ordering::Relaxed);
             self.info.clients.fetch_sub(1, Ordering::Relaxed);
             self.results.client_gone(id);

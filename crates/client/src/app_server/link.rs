@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::LazyLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use switchyard_service_protocol::{self as sp, ServiceMessage};
@@ -39,6 +39,10 @@ pub struct Link {
     /// Wakes the reader to end the session (ServiceError, stop).
     pub kill: Notify,
     finack: watch::Sender<bool>,
+    /// Bytes queued for the writer and not yet written to the socket.
+    queued: AtomicUsize,
+    /// Notified after each socket write.
+    drained: Notify,
 }
 
 impl Link {
@@ -52,6 +56,8 @@ impl Link {
             clients: AtomicUsize::new(0),
             kill: Notify::new(),
             finack: watch::Sender::new(false),
+            queued: AtomicUsize::new(0),
+            drained: Notify::new(),
         }
     }
 
@@ -61,11 +67,40 @@ impl Link {
 
     /// Encodes and queues one message; `false` if this connection takes no more writes.
     pub fn send(&self, message: impl Into<ServiceMessage>) -> bool {
-        self.is_writable()
-            && self
-                .tx
-                .send(Out::Data(sp::encoded(&message.into())))
-                .is_ok()
+        if !self.is_writable() {
+            return false;
+        }
+        let bytes = sp::encoded(&message.into());
+        let len = bytes.len();
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        if self.tx.send(Out::Data(bytes)).is_err() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The writer put `len` queued bytes on the socket.
+    pub fn wrote(&self, len: usize) {
+        self.queued.fetch_sub(len, Ordering::Relaxed);
+        self.drained.notify_waiters();
+    }
+
+    /// Waits while more than `limit` bytes are queued (back-pressure for producers such as
+    /// streams, which would otherwise queue without bound); returns at once once the
+    /// connection takes no more writes.
+    pub async fn wait_room(&self, limit: usize) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the check, so a write in between is not missed.
+            drained.as_mut().enable();
+            if self.queued.load(Ordering::Relaxed) <= limit || !self.is_writable() {
+                return;
+            }
+            // Bounded: a writer that died notifies nobody.
+            let _ = tokio::time::timeout(Duration::from_millis(100), drained).await;
+        }
     }
 
     /// Stops all further writes and ends the session (the slot then reconnects).

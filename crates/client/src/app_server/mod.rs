@@ -39,7 +39,7 @@ pub use config::{default_server_id, AppServerConfig, ShutdownMode};
 pub use connection::retry_delay;
 pub use context::{payloads, HubContext};
 pub use error::{AckError, AppServerError, InvokeError, NotConnected};
-pub use methods::{Caller, HubMethods, MethodResult};
+pub use methods::{Caller, ClientStream, HubMethods, ItemStream, MethodResult, StreamResult};
 pub use negotiate::{Redirect, NOT_CONNECTED};
 
 use hub::{Hub, ServerInfo};
