@@ -3,10 +3,15 @@
 //! need to reach every service-protocol send. Method names match case-insensitively, as in
 //! ASP.NET Core.
 
-use futures_util::future::BoxFuture;
-use serde_json::Value;
+use std::time::Duration;
 
-use crate::app_server::{Caller, ClientStream, HubContext, HubMethods, MethodResult};
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use crate::app_server::{
+    Caller, ClientStream, HubContext, HubMethods, ItemStream, MethodResult, StreamResult,
+};
 
 /// The benchmark's hub methods, for every hub the app server serves.
 #[derive(Debug, Clone, Copy, Default)]
@@ -22,12 +27,193 @@ impl HubMethods for BenchHub {
         streams: Vec<ClientStream>,
     ) -> BoxFuture<'static, MethodResult> {
         Box::pin(async move {
-            if !streams.is_empty() {
-                return Err(format!("An unexpected error occurred invoking '{method}' on the server. HubException: Client sent {} stream(s), Hub method expects 0.", streams.len()));
+            let lower = method.to_ascii_lowercase();
+            if STREAMING.contains(&lower.as_str()) {
+                return Err(format!("The client attempted to invoke the streaming '{method}' method with a non-streaming invocation."));
             }
+            if lower == "upload" {
+                let [upload] = expect_streams::<1>(&method, streams)?;
+                return upload_summary(&context, &caller, &method, arguments, upload).await;
+            }
+            expect_streams::<0>(&method, streams)?;
             invoke(&context, &caller, &method, arguments).await
         })
     }
+
+    fn stream(
+        &self,
+        context: HubContext,
+        caller: Caller,
+        method: String,
+        arguments: Vec<Value>,
+        streams: Vec<ClientStream>,
+    ) -> BoxFuture<'static, StreamResult> {
+        Box::pin(async move {
+            let args = Args {
+                method: &method,
+                values: arguments,
+            };
+            match method.to_ascii_lowercase().as_str() {
+                "counter" => {
+                    expect_streams::<0>(&method, streams)?;
+                    args.expect(2)?;
+                    Ok(counter(context, caller, args.uint(0)?, args.uint(1)?))
+                }
+                "echostream" => {
+                    let [upload] = expect_streams::<1>(&method, streams)?;
+                    args.expect(0)?;
+                    Ok(upload.boxed())
+                }
+                _ if NON_STREAMING.contains(&method.to_ascii_lowercase().as_str()) => Err(format!(
+                    "The client attempted to invoke the non-streaming '{method}' method with a streaming invocation."
+                )),
+                _ => Err(format!("Unknown hub method '{method}'")),
+            }
+        })
+    }
+}
+
+/// Streaming methods (lower case): `Counter(count, delayMs)` streams `0..count`, one item
+/// every `delayMs`, and tells the caller `StreamCancelled(produced)` if it is cancelled;
+/// `EchoStream(stream)` streams back each item of the client's upload as it arrives.
+const STREAMING: [&str; 2] = ["counter", "echostream"];
+
+/// The other methods (lower case), for ASP.NET's error when one is invoked as a stream.
+const NON_STREAMING: [&str; 29] = [
+    "echo",
+    "broadcast",
+    "broadcastexcept",
+    "sendtoconnection",
+    "sendtoconnections",
+    "sendtouser",
+    "sendtousers",
+    "sendtogroup",
+    "sendtogroupexcept",
+    "sendtoothersingroup",
+    "sendtogroups",
+    "joingroup",
+    "leavegroup",
+    "addusertogroup",
+    "removeuserfromgroup",
+    "checkconnection",
+    "checkuser",
+    "checkgroup",
+    "checkuseringroup",
+    "closeconnection",
+    "closeuser",
+    "closegroup",
+    "askclient",
+    "getconnectionid",
+    "getuserid",
+    "getinstanceid",
+    "getserverid",
+    "count",
+    "upload",
+];
+
+/// What a cancelled `Counter` tells its caller: how many items it produced.
+pub const STREAM_CANCELLED: &str = "StreamCancelled";
+/// What `Upload` tells its caller once the upload is complete: its summary.
+pub const UPLOADED: &str = "Uploaded";
+
+/// ASP.NET Core's binding check of the number of upload streams.
+fn expect_streams<const N: usize>(
+    method: &str,
+    streams: Vec<ClientStream>,
+) -> Result<[ClientStream; N], String> {
+    let sent = streams.len();
+    streams.try_into().map_err(|_| {
+        format!("An unexpected error occurred invoking '{method}' on the server. HubException: Client sent {sent} stream(s), Hub method expects {N}.")
+    })
+}
+
+/// `Counter`'s items; dropping it before the end (a cancel) tells the caller.
+fn counter(context: HubContext, caller: Caller, count: u64, delay_ms: u64) -> ItemStream {
+    struct State {
+        next: u64,
+        count: u64,
+        delay: Duration,
+        context: HubContext,
+        caller: String,
+    }
+    impl Drop for State {
+        fn drop(&mut self) {
+            if self.next < self.count {
+                let _ = self.context.send_connection(
+                    &self.caller,
+                    STREAM_CANCELLED,
+                    &[Value::from(self.next)],
+                );
+            }
+        }
+    }
+    let state = State {
+        next: 0,
+        count,
+        delay: Duration::from_millis(delay_ms),
+        context,
+        caller: caller.connection_id,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        if state.next >= state.count {
+            return None;
+        }
+        if state.next > 0 && !state.delay.is_zero() {
+            tokio::time::sleep(state.delay).await;
+        }
+        let item = Value::from(state.next);
+        state.next += 1;
+        Some((Ok(item), state))
+    })
+    .boxed()
+}
+
+/// `Upload(stream)` (also `Upload(tag, stream)`): reads integers until the client completes
+/// the stream, then answers the caller `Uploaded({tag, count, sum, inOrder, first, last})`
+/// (`inOrder`: each item is the one before plus 1) and returns the same summary; a stream
+/// the client completes with an error answers `{tag, error}`.
+async fn upload_summary(
+    ctx: &HubContext,
+    caller: &Caller,
+    method: &str,
+    arguments: Vec<Value>,
+    mut upload: ClientStream,
+) -> Outcome {
+    let tag = arguments.into_iter().next().unwrap_or(Value::Null);
+    let (mut count, mut sum, mut in_order) = (0u64, 0i64, true);
+    let (mut first, mut last): (Option<i64>, Option<i64>) = (None, None);
+    let mut error = None;
+    while let Some(item) = upload.recv().await {
+        match item {
+            Ok(value) => {
+                let Some(n) = value.as_i64() else {
+                    error = Some(format!("{method} expects integers, got {value}"));
+                    break;
+                };
+                in_order &= last.is_none_or(|l| l + 1 == n);
+                first.get_or_insert(n);
+                last = Some(n);
+                count += 1;
+                sum += n;
+            }
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let summary = match error {
+        Some(error) => json!({"tag": tag, "error": error}),
+        None => json!({
+            "tag": tag, "count": count, "sum": sum, "inOrder": in_order, "first": first, "last": last,
+        }),
+    };
+    sent(ctx.send_connection(
+        &caller.connection_id,
+        UPLOADED,
+        std::slice::from_ref(&summary),
+    ))?;
+    Ok(Some(summary))
 }
 
 /// What clients receive.
@@ -66,6 +252,12 @@ impl Args<'_> {
             Value::String(s) => Ok(s.clone()),
             _ => Err(self.bind_error(i, "a string")),
         }
+    }
+
+    fn uint(&self, i: usize) -> Result<u64, String> {
+        self.values[i]
+            .as_u64()
+            .ok_or_else(|| self.bind_error(i, "a non-negative integer"))
     }
 
     fn strings(&self, i: usize) -> Result<Vec<String>, String> {
