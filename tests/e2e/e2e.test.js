@@ -21,6 +21,7 @@ const CASES = [
   'skip-negotiation', // 8: id-less WebSocket connect
   'default-mode', // 9: app servers (switchyard-bench): redirect, hub methods, two servers, order
   'upstream', // 10: upstream webhooks: events, signatures, invocation results (own service)
+  'streams', // 12: Default-mode streams both ways (stream(), Subject uploads, cancel)
 ];
 
 /** Filled in by the before() hook; case files read it lazily inside their tests. */
