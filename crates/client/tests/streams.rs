@@ -31,8 +31,9 @@ enum Seen {
     UploadFailed(String),
 }
 
-/// `Sum(stream)` → `{count, sum, inOrder}`; `Count(n)` streams `0..n` (slowly when
-/// `n` > 1000, so a cancel lands mid-stream); `Fail()` streams 1, 2 then an error;
+/// `Sum(stream)` → `{count, sum, inOrder}`; `Count(n[, delayMs[, from]])` streams
+/// `from..from + n`;
+/// `Fail()` streams 1, 2 then an error;
 /// `Echo(stream)` streams the upload back.
 struct TestHub {
     seen: mpsc::UnboundedSender<Seen>,
@@ -87,9 +88,14 @@ impl HubMethods for TestHub {
             match method.as_str() {
                 "Count" => {
                     let n = arguments[0].as_u64().unwrap();
+                    let delay =
+                        Duration::from_millis(arguments.get(1).map_or(0, |d| d.as_u64().unwrap()));
+                    let from = arguments.get(2).map_or(0, |f| f.as_u64().unwrap());
                     struct Producer {
                         next: u64,
                         n: u64,
+                        delay: Duration,
+                        from: u64,
                         seen: mpsc::UnboundedSender<Seen>,
                     }
                     impl Drop for Producer {
@@ -99,16 +105,22 @@ impl HubMethods for TestHub {
                             }
                         }
                     }
-                    let producer = Producer { next: 0, n, seen };
+                    let producer = Producer {
+                        next: 0,
+                        n,
+                        delay,
+                        from,
+                        seen,
+                    };
                     Ok(futures_util::stream::unfold(producer, |mut p| async move {
                         if p.next == p.n {
                             return None;
                         }
-                        if p.n > 1000 {
-                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        if !p.delay.is_zero() {
+                            tokio::time::sleep(p.delay).await;
                         }
                         p.next += 1;
-                        Some((Ok(json!(p.next - 1)), p))
+                        Some((Ok(json!(p.from + p.next - 1)), p))
                     })
                     .boxed())
                 }
@@ -261,7 +273,7 @@ async fn server_streams(transport: Transport, format: Format) {
     // Cancel mid-stream: the producer is dropped, and a Completion still ends the stream.
     send(
         &mut client,
-        stream_invocation("4", "Count", vec![json!(100_000)]),
+        stream_invocation("4", "Count", vec![json!(100_000), json!(2)]),
     )
     .await;
     for i in 0..5 {
@@ -296,12 +308,44 @@ async fn server_streams(transport: Transport, format: Format) {
         },
     )
     .await;
+    // The id is free again at once: a new stream may take it while the cancelled one ends.
+    const NEW: u64 = 1_000_000;
+    send(
+        &mut client,
+        stream_invocation("4", "Count", vec![json!(100), json!(1), json!(NEW)]),
+    )
+    .await;
     let Seen::CountDropped(produced) = service.next_seen().await else {
         panic!("expected the Count stream to be dropped")
     };
     assert!((5..100_000).contains(&produced), "produced {produced}");
-    let (_, end) = read_stream(&mut client, "4").await;
-    assert_eq!(end, CompletionResult::Void);
+    // Both end with a Completion; items the old one sent before the cancel may still come;
+    // the new one's come whole and in order.
+    let (mut new_items, mut ends) = (Vec::new(), Vec::new());
+    while ends.len() < 2 {
+        match next(&mut client).await {
+            HubMessage::StreamItem {
+                invocation_id,
+                item,
+                ..
+            } if invocation_id == "4" => {
+                if item.as_u64().unwrap() >= NEW {
+                    new_items.push(item);
+                }
+            }
+            HubMessage::Completion {
+                invocation_id,
+                result,
+                ..
+            } if invocation_id == "4" => ends.push(result),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(ends, [CompletionResult::Void, CompletionResult::Void]);
+    assert_eq!(
+        new_items,
+        (NEW..NEW + 100).map(|i| json!(i)).collect::<Vec<_>>()
+    );
     within("close", client.close()).await;
 }
 

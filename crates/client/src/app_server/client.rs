@@ -187,8 +187,13 @@ impl Client {
         }
     }
 
+    /// A stream to the client ended; its cancel receiver must be dropped first, so that a
+    /// newer stream that took the same id after a cancel keeps its entry.
     pub(super) fn streaming_done(&self, id: &str) {
-        self.streaming.lock().remove(id);
+        let mut streaming = self.streaming.lock();
+        if streaming.get(id).is_some_and(oneshot::Sender::is_closed) {
+            streaming.remove(id);
+        }
     }
 
     /// The client left: its uploads fail and its streams stop.

@@ -292,6 +292,7 @@ async fn worker(
                             tokio::spawn(send_stream(client.clone(), invocation_id, items, cancel));
                         }
                         Err(error) => {
+                            drop(cancel);
                             client.streaming_done(&invocation_id);
                             complete(&client, &invocation_id, CompletionResult::Error(error));
                         }
@@ -375,6 +376,7 @@ async fn send_stream(
         }
     }
     drop(items);
+    drop(cancel);
     client.streaming_done(&invocation_id);
     let result = error.map_or(CompletionResult::Void, CompletionResult::Error);
     complete(&client, &invocation_id, result);
