@@ -251,7 +251,7 @@ describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP rese
     });
 
     for (const protocol of PROTOCOLS) {
-      it(`${protocol}: ${COUNT} echoes across resets: none lost, duplicated or reordered; group and connection kept at the app server`, async () => {
+      it(`${protocol}: ${COUNT} echoes and streams both ways across resets: none lost, duplicated or reordered; group and connection kept at the app server`, async () => {
         const hub = uniqueHub('srd');
         const app = await startAppServer(service, {
           serverId: `e2e-sr-${protocol}-${process.pid}`,
@@ -262,7 +262,9 @@ describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP rese
         const { connection, closed } = build(app.hubUrl(hub, 'dave'), { protocol });
         const numbers = [];
         const other = [];
+        const uploaded = [];
         connection.on('Measure', (n, payload) => (typeof n === 'number' ? numbers.push(n) : other.push([n, payload])));
+        connection.on('Uploaded', (summary) => uploaded.push(summary));
         await waitFor(connection.start(), 10000, 'start()');
         const id = connection.connectionId;
         await waitFor(connection.invoke('JoinGroup', 'room'), 5000, 'JoinGroup');
@@ -287,7 +289,33 @@ describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP rese
         await waitFor(connection.invoke('SendToGroup', 'room', 'group', 'after'), 5000, 'SendToGroup');
         await until(() => other.length === 1, 5000, 'the group message');
         assert.deepEqual(other[0], ['group', 'after']);
-        process.stderr.write(`# default ${protocol}: ${cuts} resets\n`);
+
+        // Streams both ways across resets: a server stream and an upload at once.
+        const items = 3000;
+        const streamed = [];
+        const streamDone = new Promise((resolve, reject) => {
+          connection.stream('Counter', items, 1).subscribe({
+            next: (item) => streamed.push(item),
+            complete: resolve,
+            error: reject,
+          });
+        });
+        const subject = new signalR.Subject();
+        await connection.send('Upload', 'across resets', subject);
+        const streamCuts = await cutDuring(proxy, (async () => {
+          for (let v = 0; v < items; v += 1) {
+            subject.next(v);
+            if (v % 50 === 49) await sleep(2);
+          }
+          subject.complete();
+          await waitFor(streamDone, 60000, 'the Counter stream');
+          await until(() => uploaded.length === 1, 20000, 'the upload summary');
+        })());
+        assert.deepEqual(streamed, Array.from({ length: items }, (_, i) => i), 'server stream in order, once each');
+        assert.deepEqual(uploaded[0], {
+          tag: 'across resets', count: items, sum: (items * (items - 1)) / 2, inOrder: true, first: 0, last: items - 1,
+        });
+        process.stderr.write(`# default ${protocol}: ${cuts} resets during echoes, ${streamCuts} during streams\n`);
         await waitFor(connection.stop(), 5000, 'stop()');
         await closed;
         await app.stop();
