@@ -8,7 +8,13 @@ const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { startService } = require('../e2e/lib/service');
 const { Rest, signJwt, API } = require('../e2e/lib/rest');
+const { startAppServer, stopAppServers } = require('../e2e/lib/appserver');
+const { CutProxy } = require('../e2e/lib/proxy');
+const { cutDuring, until, range, assertExactly, Upstream, countedNumbers } = require('../e2e/lib/stateful');
 const { launch } = require('./lib/chromium');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const { startPageServer } = require('./lib/pages');
 
 /** Every transport with JSON, and MessagePack where the JS client supports it over HTTP too. */
@@ -199,6 +205,118 @@ describe('switchyard from a page on another origin (headless Chromium, @microsof
       assert.equal(sent.status, undefined, JSON.stringify(sent));
       assert.match(sent.error, /Failed to fetch/);
     });
+  });
+
+  describe('stateful reconnect: the page\'s WebSockets reset by a TCP proxy under traffic', () => {
+    const COUNT = 3000;
+    const upstream = new Upstream();
+    // One proxy per service: the browser reuses keep-alive sockets, and a proxied socket
+    // stays with the service it was opened to.
+    const proxies = new Map();
+    let dir;
+    let serverless;
+    let defaultMode;
+    const status = (name) => page.evaluate((n) => window.harness.status(n), name);
+    const numbersOf = (name) => page.evaluate((n) => window.harness.numbersOf(n), name);
+    const sendNumbers = (name, method, first, last, extra) =>
+      page.evaluate(([n, m, f, l, e]) => window.harness.sendNumbers(n, m, f, l, e), [name, method, first, last, extra]);
+
+    before(async () => {
+      await upstream.start();
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-browser-stateful-'));
+      const file = path.join(dir, 'switchyard.toml');
+      fs.writeFileSync(file, [
+        '[[upstream.templates]]',
+        `url_template = "http://127.0.0.1:${upstream.port}/api/{hub}/{category}/{event}"`,
+        '',
+      ].join('\n'));
+      // One serverless service (with an upstream) and one in Default mode, both reached
+      // through the proxy: the page's sockets go through it, REST and app servers do not.
+      serverless = await serve(['--config', file]);
+      defaultMode = await serve(['--mode', 'default']);
+      for (const service of [serverless, defaultMode]) {
+        const proxy = await new CutProxy().start();
+        proxy.target = service.port;
+        proxies.set(service, proxy);
+      }
+    });
+
+    after(async () => {
+      await stopAppServers();
+      for (const proxy of proxies.values()) await proxy.stop();
+      await upstream.stop();
+      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    const viaProxy = (service, url) => url.replace(`:${service.port}/`, `:${proxies.get(service).port}/`);
+
+    for (const protocol of ['json', 'messagepack']) {
+      it(`serverless, ${protocol}: ${COUNT} numbered messages each way, none lost, duplicated or reordered, same connection`, async () => {
+        const hub = `sr${protocol}`;
+        const name = `sr-serverless-${protocol}`;
+        const { url, accessToken } = await serverless.token({ hub, user: 'page-user' });
+        const started = await connect(name, {
+          url: viaProxy(serverless, url), token: accessToken, transport: 'WebSockets', protocol, stateful: true,
+        });
+        assert.equal(started.error, undefined, started.error);
+        assert.equal((await status(name)).stateful, true, 'negotiated stateful reconnect');
+        const id = started.connectionId;
+        const rest = new Rest(serverless);
+        const cuts = await cutDuring(proxies.get(serverless), (async () => {
+          // Paced by the upstream (one call at a time; calls waiting for it are bounded).
+          const sent = (async () => {
+            for (let first = 1; first <= COUNT; first += 100) {
+              assert.equal(await sendNumbers(name, 'count', first, first + 99, []), null, 'every send was accepted');
+              await until(() => upstream.of(id, 'count').length >= first - 300, 20000, 'the upstream to catch up');
+            }
+          })();
+          for (const n of range(COUNT)) await rest.sendToConnection(hub, id, 'n', [n]);
+          await sent;
+          await until(() => upstream.of(id, 'count').length >= COUNT, 30000, 'every count at the upstream');
+        })());
+        await until(async () => (await status(name)).count >= COUNT, 20000, 'every message in the page');
+        await sleep(300);
+        assertExactly(await numbersOf(name), range(COUNT), 'service → page');
+        assertExactly(countedNumbers(upstream, id), range(COUNT), 'page → upstream');
+        const after = await status(name);
+        assert.deepEqual([after.state, after.connectionId, after.reconnecting], ['Connected', id, 0]);
+        assert.equal(upstream.of(id, 'disconnected').length, 0, 'the upstream saw no disconnect');
+        assert.ok(cuts >= 3, `only ${cuts} resets`);
+        process.stderr.write(`# browser serverless ${protocol}: ${cuts} resets\n`);
+        await page.evaluate(() => window.harness.stopAll());
+      });
+
+      it(`Default mode, ${protocol}: ${COUNT} echoes through the app server across resets, none lost, duplicated or reordered`, async () => {
+        const hub = `srd${protocol}`;
+        const name = `sr-default-${protocol}`;
+        const app = await startAppServer(defaultMode, {
+          serverId: `browser-sr-${protocol}-${process.pid}`,
+          hubs: [hub],
+          connections: 1,
+          extraArgs: ['--allow-stateful-reconnects'],
+        });
+        // The redirect the app server's negotiate gives, followed here (the bench app server
+        // answers no CORS preflight); the page then negotiates with the service as usual.
+        const redirect = await (await fetch(`${app.baseUrl}/${hub}/negotiate?user=page-user`, { method: 'POST' })).json();
+        const started = await connect(name, {
+          url: viaProxy(defaultMode, redirect.url), token: redirect.accessToken, transport: 'WebSockets', protocol, stateful: true,
+        });
+        assert.equal(started.error, undefined, started.error);
+        assert.equal((await status(name)).stateful, true, 'negotiated stateful reconnect');
+        const cuts = await cutDuring(proxies.get(defaultMode), (async () => {
+          assert.equal(await sendNumbers(name, 'Echo', 1, COUNT, ['x']), null, 'every send was accepted');
+          await until(async () => (await status(name)).count >= COUNT, 30000, 'every echo in the page');
+        })());
+        await sleep(300);
+        assertExactly(await numbersOf(name), range(COUNT), 'page → app server → page');
+        const after = await status(name);
+        assert.deepEqual([after.state, after.connectionId, after.reconnecting], ['Connected', started.connectionId, 0]);
+        assert.ok(cuts >= 3, `only ${cuts} resets`);
+        process.stderr.write(`# browser default ${protocol}: ${cuts} resets\n`);
+        await page.evaluate(() => window.harness.stopAll());
+        await app.stop();
+      });
+    }
   });
 
   describe("only the page's origin allowed (--cors-origin)", () => {

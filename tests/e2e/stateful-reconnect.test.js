@@ -10,76 +10,20 @@
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
-const { waitFor, sleep, uniqueHub, signalR, MessagePackHubProtocol } = require('./lib/client');
+const { waitFor, sleep, uniqueHub, signalR } = require('./lib/client');
 const { startService } = require('./lib/service');
 const { startAppServer, stopAppServers } = require('./lib/appserver');
 const { Rest } = require('./lib/rest');
 const { CutProxy } = require('./lib/proxy');
-const { build, cutDuring, until, range, metric, describeMismatch, assertExactly } = require('./lib/stateful');
+const {
+  build, cutDuring, until, range, metric, describeMismatch, assertExactly, Upstream, countedNumbers,
+} = require('./lib/stateful');
 
 /** Numbered messages each way per case. */
 const COUNT = Number(process.env.E2E_STATEFUL_COUNT || 10000);
 const PROTOCOLS = ['json', 'messagepack'];
-
-/** The upstream of the serverless cases: records events and `count` invocations. */
-class Upstream {
-  constructor() {
-    this.events = []; // { id, event, body }
-    this.server = http.createServer((req, res) => {
-      const chunks = [];
-      req.on('data', (c) => chunks.push(c));
-      req.on('end', () => {
-        this.events.push({
-          id: req.headers['x-asrs-connection-id'],
-          event: req.headers['x-asrs-event'],
-          type: req.headers['content-type'],
-          body: Buffer.concat(chunks),
-        });
-        res.writeHead(200);
-        res.end();
-      });
-    });
-  }
-
-  async start() {
-    await new Promise((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    this.port = this.server.address().port;
-  }
-
-  of(id, event) {
-    return this.events.filter((e) => e.id === id && e.event === event);
-  }
-
-  stop() {
-    this.server.closeAllConnections();
-    return new Promise((resolve) => this.server.close(resolve));
-  }
-}
-
-/** The numbers in the upstream's `count` invocations, in arrival order. */
-function countedNumbers(upstream, id) {
-  const json = new signalR.JsonHubProtocol();
-  const msgpack = new MessagePackHubProtocol();
-  return upstream.of(id, 'count').map(({ type, body }) => {
-    if (type === 'application/json') {
-      return json.parseMessages(`${body.toString('utf8')}\x1e`, signalR.NullLogger.instance)[0].arguments[0];
-    }
-    const prefix = [];
-    let length = body.length;
-    do {
-      let byte = length & 0x7f;
-      length >>= 7;
-      if (length > 0) byte |= 0x80;
-      prefix.push(byte);
-    } while (length > 0);
-    const framed = Buffer.concat([Buffer.from(prefix), body]);
-    const buffer = framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
-    return msgpack.parseMessages(buffer, signalR.NullLogger.instance)[0].arguments[0];
-  });
-}
 
 describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP resets by a proxy)', () => {
   describe('serverless', () => {

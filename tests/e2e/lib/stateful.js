@@ -3,6 +3,7 @@
 // while work runs, and exact checks of numbered messages.
 
 const assert = require('node:assert/strict');
+const http = require('node:http');
 const { sleep, signalR, MessagePackHubProtocol } = require('./client');
 
 function build(url, { protocol, token, stateful = true }) {
@@ -34,10 +35,10 @@ async function cutDuring(proxy, work) {
   return cuts;
 }
 
-/** Resolves once `check()` is true (polled), or rejects naming `what`. */
+/** Resolves once `check()` (sync or async) is true (polled), or rejects naming `what`. */
 async function until(check, ms, what) {
   const deadline = Date.now() + ms;
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await sleep(20);
   }
@@ -69,4 +70,63 @@ function assertExactly(got, want, what) {
   assert.ok(ok, `${what}: ${describeMismatch(got, want)}`);
 }
 
-module.exports = { build, cutDuring, until, range, metric, describeMismatch, assertExactly };
+/** The upstream of the serverless cases: records events and `count` invocations. */
+class Upstream {
+  constructor() {
+    this.events = []; // { id, event, body }
+    this.server = http.createServer((req, res) => {
+      const chunks = [];
+      req.on('data', (c) => chunks.push(c));
+      req.on('end', () => {
+        this.events.push({
+          id: req.headers['x-asrs-connection-id'],
+          event: req.headers['x-asrs-event'],
+          type: req.headers['content-type'],
+          body: Buffer.concat(chunks),
+        });
+        res.writeHead(200);
+        res.end();
+      });
+    });
+  }
+
+  async start() {
+    await new Promise((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.port = this.server.address().port;
+  }
+
+  of(id, event) {
+    return this.events.filter((e) => e.id === id && e.event === event);
+  }
+
+  stop() {
+    this.server.closeAllConnections();
+    return new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+/** The numbers in the upstream's `count` invocations, in arrival order. */
+function countedNumbers(upstream, id) {
+  const json = new signalR.JsonHubProtocol();
+  const msgpack = new MessagePackHubProtocol();
+  return upstream.of(id, 'count').map(({ type, body }) => {
+    if (type === 'application/json') {
+      return json.parseMessages(`${body.toString('utf8')}\x1e`, signalR.NullLogger.instance)[0].arguments[0];
+    }
+    const prefix = [];
+    let length = body.length;
+    do {
+      let byte = length & 0x7f;
+      length >>= 7;
+      if (length > 0) byte |= 0x80;
+      prefix.push(byte);
+    } while (length > 0);
+    const framed = Buffer.concat([Buffer.from(prefix), body]);
+    const buffer = framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
+    return msgpack.parseMessages(buffer, signalR.NullLogger.instance)[0].arguments[0];
+  });
+}
+
+module.exports = {
+  build, cutDuring, until, range, metric, describeMismatch, assertExactly, Upstream, countedNumbers,
+};
