@@ -54,6 +54,8 @@ pub(crate) struct Resume {
     processed: u64,
     /// The highest id acknowledged to the client.
     acked_to_client: u64,
+    /// When the Ack of what the client sent last is due, once one is owed.
+    ack_due: Option<tokio::time::Instant>,
     /// After a reconnect the client's first message must be its Sequence; until then
     /// everything is skipped (as the reference server does).
     awaiting_sequence: bool,
@@ -83,6 +85,7 @@ impl Resume {
             next_in: 1,
             processed: 0,
             acked_to_client: 0,
+            ack_due: None,
             awaiting_sequence: false,
             owner: 0,
             writer: Some(0),
@@ -202,8 +205,27 @@ impl Resume {
         self.processed > self.acked_to_client
     }
 
+    /// Sets the Ack's deadline to `due` if one is owed and none is set yet; returns the
+    /// deadline newly set.
+    pub(crate) fn schedule_ack(
+        &mut self,
+        due: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        if self.ack_due.is_some() || !self.owes_ack() {
+            return None;
+        }
+        self.ack_due = Some(due);
+        self.ack_due
+    }
+
+    /// When the owed Ack is due, if one is.
+    pub(crate) fn ack_due(&self) -> Option<tokio::time::Instant> {
+        self.ack_due
+    }
+
     /// The Ack to write now, if one is owed.
     pub(crate) fn take_ack(&mut self) -> Option<Bytes> {
+        self.ack_due = None;
         if !self.owes_ack() {
             return None;
         }
@@ -263,6 +285,7 @@ impl Resume {
         let mut frames = Vec::with_capacity(self.unacked.len() + 2);
         frames.push(encode_sequence(self.format, first as i64));
         frames.extend(self.unacked.iter().map(|kept| kept.frame.clone()));
+        self.ack_due = None;
         if self.processed > 0 {
             self.acked_to_client = self.processed;
             frames.push(encode_ack(self.format, self.processed as i64));

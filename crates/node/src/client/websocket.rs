@@ -216,9 +216,9 @@ enum Step {
     Ping,
     /// The client closed: flush the close reply and stop.
     Stop,
-    /// The socket failed or ended without a close: a stateful connection waits for its
-    /// client, any other ends.
-    Dropped(CloseReason),
+    /// The socket ended without a close (or, on a stateful connection, failed): a stateful
+    /// connection waits for its client, any other ends.
+    Dropped,
     /// The queue was interrupted: a new socket may be taking the connection over.
     Look,
 }
@@ -247,8 +247,6 @@ fn run<'a>(
         let mut batch = Vec::new();
         let ping_due = tokio::time::sleep(clients.config().timeouts.keep_alive_interval);
         tokio::pin!(ping_due);
-        // Stateful reconnect: when the Ack for what the client sent is due.
-        let mut ack_due: Option<Instant> = None;
         let reason = loop {
             if client
                 .hold_reading
@@ -274,18 +272,19 @@ fn run<'a>(
                 incoming = socket.recv() => match incoming {
                     Some(Ok(WsMessage::Text(text))) => {
                         receive(clients, client, &Bytes::from(text));
-                        schedule_ack(client, &mut ack_due, ping_due.as_mut());
+                        schedule_ack(client, ping_due.as_mut());
                         continue;
                     }
                     Some(Ok(WsMessage::Binary(data))) => {
                         receive(clients, client, &data);
-                        schedule_ack(client, &mut ack_due, ping_due.as_mut());
+                        schedule_ack(client, ping_due.as_mut());
                         continue;
                     }
                     Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
                     Some(Ok(WsMessage::Close(_))) => Step::Stop,
-                    None => Step::Dropped(CloseReason::ClientClosed),
-                    Some(Err(error)) => Step::Dropped(CloseReason::ProtocolError(error.to_string())),
+                    None => Step::Dropped,
+                    Some(Err(_)) if client.resume().is_some() => Step::Dropped,
+                    Some(Err(error)) => break CloseReason::ProtocolError(error.to_string()),
                 },
                 next = client.connection.outbound().next_batch_gated(&mut batch, take) => match next {
                     Batch::Frames => Step::Write,
@@ -302,7 +301,6 @@ fn run<'a>(
                     }
                 }
                 Step::Ping => {
-                    ack_due = None;
                     if !write_ping(socket, client).await {
                         return dropped(clients, client, generation);
                     }
@@ -313,15 +311,12 @@ fn run<'a>(
                     let _ = flush(socket).await;
                     return Ended::Finished;
                 }
-                Step::Dropped(reason) => {
+                Step::Dropped => {
                     if client.resume().is_some() {
                         return dropped(clients, client, generation);
                     }
-                    if reason == CloseReason::ClientClosed {
-                        clients.finish(client);
-                        return Ended::Finished;
-                    }
-                    break reason;
+                    clients.finish(client);
+                    return Ended::Finished;
                 }
                 Step::Look => {
                     if let Some(ended) = look(client, generation) {
@@ -332,6 +327,7 @@ fn run<'a>(
             }
             let keep_alive = clients.config().timeouts.keep_alive_interval;
             let next = Instant::now() + keep_alive;
+            let ack_due = client.resume().and_then(|resume| resume.lock().ack_due());
             ping_due
                 .as_mut()
                 .reset(ack_due.map_or(next, |due| due.min(next)));
@@ -359,23 +355,16 @@ fn track(clients: &Clients, client: &ClientConnection, batch: &[Bytes]) {
 }
 
 /// Stateful reconnect: after the client sent something, makes sure an Ack goes out within
-/// [`ACK_INTERVAL`] (it rides on the keep-alive timer).
-fn schedule_ack(
-    client: &ClientConnection,
-    ack_due: &mut Option<Instant>,
-    ping_due: std::pin::Pin<&mut tokio::time::Sleep>,
-) {
-    if ack_due.is_some()
-        || !client
-            .resume()
-            .is_some_and(|resume| resume.lock().owes_ack())
-    {
+/// [`ACK_INTERVAL`] (it rides on the keep-alive timer). The deadline is kept in the
+/// connection's stateful state, not in this task, which every connection has.
+fn schedule_ack(client: &ClientConnection, ping_due: std::pin::Pin<&mut tokio::time::Sleep>) {
+    let Some(resume) = client.resume() else {
         return;
-    }
-    let due = Instant::now() + ACK_INTERVAL;
-    *ack_due = Some(due);
-    if due < ping_due.deadline() {
-        ping_due.reset(due);
+    };
+    if let Some(due) = resume.lock().schedule_ack(Instant::now() + ACK_INTERVAL) {
+        if due < ping_due.deadline() {
+            ping_due.reset(due);
+        }
     }
 }
 
