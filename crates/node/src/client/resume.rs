@@ -158,7 +158,9 @@ impl Resume {
                 if id < 1 {
                     return Err(format!("Sequence ID {id} is out of range."));
                 }
-                if id as u64 > self.next_in {
+                // Against what was processed, not `next_in`: a replay cut short by another
+                // drop leaves `next_in` behind while the client's first unacknowledged id moved on.
+                if id as u64 > self.processed + 1 {
                     return Err(
                         "Sequence ID greater than amount of messages we've received.".into(),
                     );
@@ -386,6 +388,28 @@ mod tests {
             "2 and 3 were processed before"
         );
         assert_eq!(resume.take_ack(), Some(encode_ack(Format::Json, 4)));
+    }
+
+    #[test]
+    fn a_sequence_after_a_replay_cut_short_is_accepted() {
+        let mut resume = Resume::new(Format::Json, 1000);
+        for _ in 0..3 {
+            resume.incoming(message_type::INVOCATION, None).unwrap();
+        }
+        // The client comes back unaware of the Ack of 3 and replays from 1; its socket drops
+        // again after one replayed message, and by then the Ack reached it.
+        resume.replay();
+        resume.incoming(message_type::SEQUENCE, Some(1)).unwrap();
+        let (verdict, _) = resume.incoming(message_type::INVOCATION, None).unwrap();
+        assert_eq!(verdict, Incoming::Skip);
+        resume.replay();
+        resume.incoming(message_type::SEQUENCE, Some(4)).unwrap();
+        let (verdict, _) = resume.incoming(message_type::INVOCATION, None).unwrap();
+        assert_eq!(verdict, Incoming::Process, "4 is new");
+        assert!(
+            resume.incoming(message_type::SEQUENCE, Some(6)).is_err(),
+            "5 was never received"
+        );
     }
 
     #[test]
