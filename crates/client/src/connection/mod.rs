@@ -18,14 +18,30 @@
 //! - `negotiate`: negotiate with redirects (also [`negotiate`] for one request).
 //! - `websocket`, `sse`, `longpoll`: one file per transport.
 //! - `reassemble`: the byte stream cut into message bodies.
+//! - `stateful`: stateful reconnect's numbering, buffer and acknowledgements (no I/O).
+//!
+//! # Stateful reconnect
+//! With [`ConnectOptions::stateful_reconnect`] over WebSockets, negotiate asks
+//! `useStatefulReconnect=true` and, if the server agrees, the handshake uses version 2. The
+//! connection then keeps what it sent until the server acknowledges it, acknowledges what it
+//! received about a second later (from [`Connection::next_frame`], which races its read
+//! against that deadline, or piggy-backed on a send), and takes Acks, Sequences and
+//! duplicates out of what [`Connection::next_frame`] returns. When a read or a write fails
+//! without a WebSocket close, the next call opens a new socket to the same URL with the same
+//! token (retrying for [`ConnectOptions::stateful_reconnect_window`]), writes its Sequence
+//! and the unacknowledged frames, and carries on; the caller sees nothing but
+//! [`Connection::stateful_stats`]. Other transports ignore the option (as the official
+//! clients do): negotiate does not ask and the handshake stays at version 1.
 
 mod longpoll;
 mod negotiate;
 mod reassemble;
 mod sse;
+mod stateful;
 mod websocket;
 
 pub use negotiate::{negotiate, Negotiated};
+pub use stateful::StatefulStats;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -40,6 +56,7 @@ use switchyard_hub_protocol::{encode_close, encode_message, handshake, Format, H
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
@@ -48,6 +65,7 @@ use url::Url;
 
 use crate::{decode, ClientError};
 use reassemble::Reassembler;
+use stateful::{Stateful, Verdict};
 
 /// Negotiate redirects followed before giving up (the JS client's limit).
 pub const MAX_REDIRECTS: usize = 100;
@@ -65,6 +83,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// [`ConnectOptions::max_message_size`] by default (as [`crate::WsClient`]).
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+/// [`ConnectOptions::stateful_buffer_size`] by default (the official clients' default).
+pub const DEFAULT_STATEFUL_BUFFER_SIZE: usize = 100_000;
+/// [`ConnectOptions::stateful_reconnect_window`] by default: the service's
+/// `stateful_reconnect.window` (ASP.NET Core's disconnect timeout).
+pub const DEFAULT_STATEFUL_RECONNECT_WINDOW: Duration = Duration::from_secs(15);
 
 /// tungstenite allocates its read buffer eagerly per socket (128 KiB by default); the
 /// benchmark holds tens of thousands of sockets, so reads go through a small one (it grows
@@ -143,6 +166,16 @@ pub struct ConnectOptions {
     pub http: Option<reqwest::Client>,
     /// Largest hub message accepted (body bytes, framing excluded).
     pub max_message_size: usize,
+    /// Stateful reconnect (the official clients' `withStatefulReconnect()`), WebSockets only;
+    /// ignored for the other transports. See the module documentation.
+    pub stateful_reconnect: bool,
+    /// Unacknowledged bytes the connection expects to keep for replay. Sends never wait:
+    /// the connection has no task that could read the server's Acks while a send waits, so
+    /// past this it keeps buffering and [`Connection::stateful_is_full`] says so (the server
+    /// acknowledges every second, so the excess is what one second of sending holds).
+    pub stateful_buffer_size: usize,
+    /// How long after a drop a new socket is tried before the connection fails.
+    pub stateful_reconnect_window: Duration,
 }
 
 impl ConnectOptions {
@@ -154,6 +187,9 @@ impl ConnectOptions {
             local_address: None,
             http: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            stateful_reconnect: false,
+            stateful_buffer_size: DEFAULT_STATEFUL_BUFFER_SIZE,
+            stateful_reconnect_window: DEFAULT_STATEFUL_RECONNECT_WINDOW,
         }
     }
 }
@@ -193,6 +229,9 @@ pub struct Connection {
     transport: Transport,
     frames: Reassembler,
     io: Io,
+    /// Stateful reconnect, when the handshake agreed to it (boxed: the benchmark holds tens
+    /// of thousands of connections without it).
+    stateful: Option<Box<Stateful>>,
 }
 
 impl fmt::Debug for Connection {
@@ -208,6 +247,9 @@ impl fmt::Debug for Connection {
 enum Io {
     Ws(WebSocketStream<TcpStream>),
     Http(HttpIo),
+    /// Dropped by [`Connection::abort_transport`], or by a failure under stateful reconnect:
+    /// reads and writes fail as on a socket that broke.
+    Gone,
 }
 
 /// Server-Sent Events or long polling.
@@ -243,8 +285,11 @@ pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Connection, 
         .http
         .clone()
         .unwrap_or_else(|| http_client(options.local_address));
+    let ask_stateful = options.stateful_reconnect && options.transport == Transport::WebSockets;
     let negotiated =
-        negotiate::negotiate_following(&client, url, options.access_token.clone()).await?;
+        negotiate::negotiate_following(&client, url, options.access_token.clone(), ask_stateful)
+            .await?;
+    let stateful = ask_stateful && negotiated.raw["useStatefulReconnect"] == Value::Bool(true);
     negotiated.check_offers(options.transport, options.format)?;
     let mut target = negotiated.url.clone();
     if !negotiated.id_value.is_empty() {
@@ -264,10 +309,10 @@ pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Connection, 
                 .await?,
             ),
             Transport::ServerSentEvents => {
-                Io::Http(sse::open(client, target, negotiated.token.clone()).await?)
+                Io::Http(sse::open(client, target.clone(), negotiated.token.clone()).await?)
             }
             Transport::LongPolling => {
-                Io::Http(longpoll::start(client, target, negotiated.token.clone()).await?)
+                Io::Http(longpoll::start(client, target.clone(), negotiated.token.clone()).await?)
             }
         };
         let mut connection = Connection {
@@ -276,8 +321,19 @@ pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Connection, 
             transport: options.transport,
             frames: Reassembler::new(options.format, options.max_message_size),
             io,
+            stateful: None,
         };
-        connection.handshake().await?;
+        connection.handshake(if stateful { 2 } else { 1 }).await?;
+        if stateful {
+            connection.stateful = Some(Box::new(Stateful::new(
+                target.clone(),
+                negotiated.token.clone(),
+                options.local_address,
+                options.max_message_size,
+                options.stateful_reconnect_window,
+                options.stateful_buffer_size,
+            )));
+        }
         Ok(connection)
     };
     tokio::time::timeout(HANDSHAKE_TIMEOUT, opening)
@@ -319,8 +375,9 @@ pub async fn connect_direct(
         transport: Transport::WebSockets,
         frames: Reassembler::new(format, DEFAULT_MAX_MESSAGE_SIZE),
         io: Io::Ws(socket),
+        stateful: None,
     };
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.handshake())
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, connection.handshake(1))
         .await
         .unwrap_or_else(|_| {
             Err(ClientError::Protocol(format!(
@@ -348,19 +405,38 @@ impl Connection {
     /// Sends one or more complete framed hub messages (JSON with the record separator,
     /// MessagePack with the length prefix): one WebSocket message (text for JSON, binary for
     /// MessagePack) or one `POST`.
+    ///
+    /// Not cancel-safe: a send dropped half-way may or may not reach the server (and under
+    /// stateful reconnect may leave the numbering of later messages off).
     pub async fn send_raw(&mut self, frame: Bytes) -> Result<(), ClientError> {
-        match &mut self.io {
-            Io::Ws(socket) => {
-                let message = match self.format {
-                    Format::Json => WsMessage::Text(Utf8Bytes::try_from(frame).map_err(|_| {
-                        ClientError::Protocol("a JSON hub message must be UTF-8".into())
-                    })?),
-                    Format::MessagePack => WsMessage::Binary(frame),
-                };
-                socket.send(message).await?;
-                Ok(())
+        if self.stateful.is_none() {
+            return write(&mut self.io, self.format, frame).await;
+        }
+        // Checked before the loop: only transport failures may lead to a reconnect.
+        if self.format == Format::Json && std::str::from_utf8(&frame).is_err() {
+            return Err(ClientError::Protocol(
+                "a JSON hub message must be UTF-8".into(),
+            ));
+        }
+        loop {
+            self.restore().await?;
+            // An Ack that came due while the caller was only sending goes first.
+            if let Err(e) = self.write_due_ack().await {
+                self.transport_failed(e)?;
+                continue;
             }
-            Io::Http(http) => http.post(self.format, frame).await,
+            match write(&mut self.io, self.format, frame.clone()).await {
+                Ok(()) => {
+                    // Kept only once written: a frame whose write failed is written again
+                    // after the replay, and if the server had it after all, its Sequence
+                    // makes it a duplicate that it drops.
+                    if let Some(state) = self.stateful.as_deref_mut() {
+                        state.track(self.format, &frame);
+                    }
+                    return Ok(());
+                }
+                Err(e) => self.transport_failed(e)?,
+            }
         }
     }
 
@@ -370,17 +446,51 @@ impl Connection {
     }
 
     /// The body of the next hub message (no separator, no length prefix); pings included.
+    /// Under stateful reconnect, Acks, Sequences and duplicates are left out, and a dropped
+    /// socket is replaced here.
     ///
     /// Cancel-safe: dropping the future before it completes loses nothing; the next call
     /// carries on where this one stopped.
     pub async fn next_frame(&mut self) -> Result<Bytes, ClientError> {
-        loop {
-            if let Some(body) = self.frames.take_frame()? {
-                return Ok(body);
+        if self.stateful.is_none() {
+            loop {
+                if let Some(body) = self.frames.take_frame()? {
+                    return Ok(body);
+                }
+                // The only await: whatever it yields is stored before the next one.
+                let chunk = self.io.read().await.map_err(|(e, _)| e)?;
+                self.frames.push(chunk);
             }
-            // The only await: whatever it yields is stored before the next one.
-            let chunk = self.io.read().await?;
-            self.frames.push(chunk);
+        }
+        // Stateful: every await below either completes a step whose result is stored (a new
+        // socket, a read) or can be repeated harmlessly (the replay, an Ack).
+        loop {
+            self.restore().await?;
+            if let Err(e) = self.write_due_ack().await {
+                self.transport_failed(e)?;
+                continue;
+            }
+            if let Some(body) = self.frames.take_frame()? {
+                let state = self.stateful.as_deref_mut().expect("stateful");
+                match state.incoming(self.format, &body)? {
+                    Verdict::Deliver => return Ok(body),
+                    Verdict::Skip => continue,
+                }
+            }
+            let due = self.stateful.as_deref().and_then(|state| state.ack_due);
+            let read = match due {
+                Some(due) => tokio::select! {
+                    biased;
+                    read = self.io.read() => read,
+                    _ = tokio::time::sleep_until(due) => continue,
+                },
+                None => self.io.read().await,
+            };
+            match read {
+                Ok(chunk) => self.frames.push(chunk),
+                Err((e, true)) => return Err(e),
+                Err((e, false)) => self.transport_failed(e)?,
+            }
         }
     }
 
@@ -444,12 +554,162 @@ impl Connection {
                     }
                 }
             }
+            Io::Gone => {}
         }
     }
 
+    /// Drops the transport abruptly, as a network failure would: the WebSocket's TCP
+    /// connection is closed without a close frame (an HTTP transport's reader is stopped).
+    /// Under stateful reconnect the next [`Connection::next_frame`] or
+    /// [`Connection::send_raw`] reconnects; otherwise they fail. For tests and the
+    /// benchmark.
+    pub fn abort_transport(&mut self) {
+        self.io = Io::Gone;
+    }
+
+    /// Whether the handshake agreed to stateful reconnect.
+    pub fn is_stateful(&self) -> bool {
+        self.stateful.is_some()
+    }
+
+    /// Stateful reconnect's counters (`None` without it).
+    pub fn stateful_stats(&self) -> Option<StatefulStats> {
+        self.stateful.as_deref().map(|state| state.stats)
+    }
+
+    /// Bytes sent and kept until the server acknowledges them (0 without stateful reconnect).
+    pub fn stateful_buffered_bytes(&self) -> usize {
+        self.stateful.as_deref().map_or(0, Stateful::kept_bytes)
+    }
+
+    /// Whether more than [`ConnectOptions::stateful_buffer_size`] is unacknowledged.
+    pub fn stateful_is_full(&self) -> bool {
+        self.stateful.as_deref().is_some_and(Stateful::is_full)
+    }
+
+    /// Under stateful reconnect, a read or write failed without a close: the socket is
+    /// given up and the next [`Connection::restore`] opens another. Otherwise (or once
+    /// reconnecting has failed for good) the error is the caller's.
+    fn transport_failed(&mut self, error: ClientError) -> Result<(), ClientError> {
+        match self.stateful.as_deref_mut() {
+            Some(state) if state.failed.is_none() => {
+                tracing::debug!(connection = %self.connection_id, %error, "stateful reconnect: transport dropped");
+                self.io = Io::Gone;
+                state.dropped();
+                Ok(())
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// Stateful reconnect: opens a new socket if the last one dropped (retrying within the
+    /// window), then writes this client's Sequence and its unacknowledged frames.
+    async fn restore(&mut self) -> Result<(), ClientError> {
+        loop {
+            let Some(state) = self.stateful.as_deref_mut() else {
+                return Ok(());
+            };
+            if let Some(why) = &state.failed {
+                return Err(ClientError::Protocol(why.clone()));
+            }
+            if let Some(dropped_at) = state.dropped_at {
+                let deadline = dropped_at + state.window;
+                if state.attempts > 0 {
+                    tokio::time::sleep_until(
+                        (Instant::now() + stateful::RETRY_DELAY).min(deadline),
+                    )
+                    .await;
+                }
+                let opened = tokio::time::timeout_at(
+                    deadline,
+                    websocket::open(
+                        &state.target,
+                        state.token.as_deref(),
+                        state.local_address,
+                        state.max_message_size,
+                    ),
+                )
+                .await;
+                match opened {
+                    Ok(Ok(socket)) => {
+                        self.io = Io::Ws(socket);
+                        // A message cut off with the old socket is replayed whole.
+                        self.frames = Reassembler::new(self.format, state.max_message_size);
+                        state.reopened();
+                    }
+                    // The server answered but would not take the socket (404: the
+                    // connection is gone): no point trying again.
+                    Ok(Err(ClientError::WebSocket(
+                        tokio_tungstenite::tungstenite::Error::Http(response),
+                    ))) => {
+                        let why = format!(
+                            "stateful reconnect refused: HTTP {}",
+                            response.status().as_u16()
+                        );
+                        state.failed = Some(why.clone());
+                        return Err(ClientError::Protocol(why));
+                    }
+                    Ok(Err(e)) if Instant::now() < deadline => {
+                        tracing::debug!(connection = %self.connection_id, error = %e, "stateful reconnect: attempt failed");
+                        state.attempts += 1;
+                        continue;
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        let why = format!(
+                            "stateful reconnect: no new socket within {} s",
+                            state.window.as_secs_f64()
+                        );
+                        state.failed = Some(why.clone());
+                        return Err(ClientError::Protocol(why));
+                    }
+                }
+            }
+            if !state.replay_pending {
+                return Ok(());
+            }
+            let frames = state.replay(self.format);
+            let replayed = frames.len() as u64 - 1;
+            let mut written = Ok(());
+            for frame in frames {
+                written = write(&mut self.io, self.format, frame).await;
+                if written.is_err() {
+                    break;
+                }
+            }
+            let state = self.stateful.as_deref_mut().expect("stateful");
+            match written {
+                Ok(()) => {
+                    state.replay_pending = false;
+                    state.stats.replayed += replayed;
+                    return Ok(());
+                }
+                Err(e) => self.transport_failed(e)?,
+            }
+        }
+    }
+
+    /// Writes the owed Ack if its time has come.
+    async fn write_due_ack(&mut self) -> Result<(), ClientError> {
+        let Some(state) = self.stateful.as_deref_mut() else {
+            return Ok(());
+        };
+        if !state.ack_is_due(Instant::now()) {
+            return Ok(());
+        }
+        let Some((id, frame)) = state.ack(self.format) else {
+            state.ack_settled();
+            return Ok(());
+        };
+        write(&mut self.io, self.format, frame).await?;
+        if let Some(state) = self.stateful.as_deref_mut() {
+            state.acked(id);
+        }
+        Ok(())
+    }
+
     /// Sends the handshake request and reads the response; bytes after it stay buffered.
-    async fn handshake(&mut self) -> Result<(), ClientError> {
-        let request = handshake::encode_request(self.format.name(), 1);
+    async fn handshake(&mut self, version: u32) -> Result<(), ClientError> {
+        let request = handshake::encode_request(self.format.name(), version);
         self.send_raw(Bytes::from(request)).await?;
         loop {
             if let Some(error) = self.frames.take_handshake_response()? {
@@ -458,30 +718,57 @@ impl Connection {
                     None => Ok(()),
                 };
             }
-            let chunk = self.io.read().await?;
+            let chunk = self.io.read().await.map_err(|(e, _)| e)?;
             self.frames.push(chunk);
         }
     }
 }
 
+/// Writes one frame: a WebSocket message (text for JSON, binary for MessagePack) or a POST.
+async fn write(io: &mut Io, format: Format, frame: Bytes) -> Result<(), ClientError> {
+    match io {
+        Io::Ws(socket) => {
+            let message = match format {
+                Format::Json => WsMessage::Text(Utf8Bytes::try_from(frame).map_err(|_| {
+                    ClientError::Protocol("a JSON hub message must be UTF-8".into())
+                })?),
+                Format::MessagePack => WsMessage::Binary(frame),
+            };
+            socket.send(message).await?;
+            Ok(())
+        }
+        Io::Http(http) => http.post(format, frame).await,
+        Io::Gone => Err(gone()),
+    }
+}
+
+/// What a dropped transport answers.
+fn gone() -> ClientError {
+    ClientError::WebSocket(tokio_tungstenite::tungstenite::Error::ConnectionClosed)
+}
+
 impl Io {
-    /// The next piece of the server's byte stream. Cancel-safe.
-    async fn read(&mut self) -> Result<Bytes, ClientError> {
+    /// The next piece of the server's byte stream. Cancel-safe. An error comes with whether
+    /// the server closed cleanly (a WebSocket close; for HTTP transports every end counts as
+    /// clean, as they never reconnect).
+    async fn read(&mut self) -> Result<Bytes, (ClientError, bool)> {
         match self {
             Io::Ws(socket) => loop {
                 match socket.next().await {
                     Some(Ok(WsMessage::Text(text))) => return Ok(Bytes::from(text)),
                     Some(Ok(WsMessage::Binary(data))) => return Ok(data),
-                    Some(Ok(WsMessage::Close(_))) | None => return Err(ClientError::Closed),
+                    Some(Ok(WsMessage::Close(_))) => return Err((ClientError::Closed, true)),
+                    None => return Err((ClientError::Closed, false)),
                     // Pings are answered by tungstenite.
                     Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e.into()),
+                    Some(Err(e)) => return Err((e.into(), false)),
                 }
             },
             Io::Http(http) => match http.incoming.recv().await {
-                Some(result) => result,
-                None => Err(ClientError::Closed),
+                Some(result) => result.map_err(|e| (e, true)),
+                None => Err((ClientError::Closed, true)),
             },
+            Io::Gone => Err((gone(), false)),
         }
     }
 }

@@ -70,6 +70,7 @@ pub async fn negotiate(base: &str, token: &str, version: u8) -> Result<Negotiate
         url,
         Some(token.to_string()),
         version,
+        false,
     )
     .await?
     {
@@ -80,16 +81,18 @@ pub async fn negotiate(base: &str, token: &str, version: u8) -> Result<Negotiate
     }
 }
 
-/// `POST {url}/negotiate?…&negotiateVersion=1`, then again at each redirect's `url` with its
-/// `accessToken`, up to [`MAX_REDIRECTS`] negotiates in all.
+/// `POST {url}/negotiate?…&negotiateVersion=1` (and `&useStatefulReconnect=true` when
+/// `stateful`), then again at each redirect's `url` with its `accessToken`, up to
+/// [`MAX_REDIRECTS`] negotiates in all.
 pub(super) async fn negotiate_following(
     client: &reqwest::Client,
     url: &str,
     mut token: Option<String>,
+    stateful: bool,
 ) -> Result<Negotiated, ClientError> {
     let mut url = parse_http_url(url)?;
     for _ in 0..MAX_REDIRECTS {
-        match request(client, url.clone(), token.clone(), 1).await? {
+        match request(client, url.clone(), token.clone(), 1, stateful).await? {
             Answer::Done(negotiated) => return Ok(negotiated),
             Answer::Redirect {
                 url: next,
@@ -118,9 +121,16 @@ async fn request(
     url: Url,
     token: Option<String>,
     version: u8,
+    stateful: bool,
 ) -> Result<Answer, ClientError> {
-    let request = authorized(client.post(negotiate_url(&url, version)), token.as_deref())
-        .timeout(REQUEST_TIMEOUT);
+    let mut target = negotiate_url(&url, version);
+    if stateful {
+        // As the official clients ask (every negotiate, redirects included).
+        target
+            .query_pairs_mut()
+            .append_pair("useStatefulReconnect", "true");
+    }
+    let request = authorized(client.post(target), token.as_deref()).timeout(REQUEST_TIMEOUT);
     let response = request.send().await?;
     let status = response.status().as_u16();
     let body = response.text().await?;
