@@ -161,22 +161,24 @@ impl Children {
         connection_string: &str,
         hub: &str,
         connections: usize,
+        allow_stateful_reconnects: bool,
     ) -> Result<Started, String> {
-        self.start(
-            bin,
-            &[
-                "app-server",
-                "--connection-string",
-                connection_string,
-                "--listen",
-                "127.0.0.1:0",
-                "--hub",
-                hub,
-                "--connections",
-                &connections.to_string(),
-            ],
-            "App server listening on ",
-        )
+        let connections = connections.to_string();
+        let mut args = vec![
+            "app-server",
+            "--connection-string",
+            connection_string,
+            "--listen",
+            "127.0.0.1:0",
+            "--hub",
+            hub,
+            "--connections",
+            &connections,
+        ];
+        if allow_stateful_reconnects {
+            args.push("--allow-stateful-reconnects");
+        }
+        self.start(bin, &args, "App server listening on ")
     }
 
     /// A peer (`--listen 127.0.0.1:0 --hub HUB`) → its base URL.

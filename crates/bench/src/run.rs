@@ -349,6 +349,7 @@ fn app_server(
                 connection_string,
                 &args.hub,
                 args.server_connections,
+                args.stateful_reconnect,
             )?;
             (started.value, Some(started.pid))
         }
@@ -469,6 +470,22 @@ fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunError> {
             "rest-join-leave-group needs the REST group API, which the peer does not have".into(),
         ));
     }
+    if args.stateful_reconnect {
+        if transport != switchyard_client::connection::Transport::WebSockets {
+            return Err(RunError(
+                "--stateful-reconnect needs WebSockets (the official clients use it there only)"
+                    .into(),
+            ));
+        }
+        if soak_enabled(args) {
+            return Err(RunError(
+                "--stateful-reconnect does not run with a soak (its clients start over)".into(),
+            ));
+        }
+    }
+    if !(0.0..=1.0).contains(&args.drop_share) {
+        return Err(RunError("--drop-share must be between 0 and 1".into()));
+    }
     if let Some(senders) = args.senders {
         if scenario.sends() && senders == 0 {
             return Err(RunError("--senders must be at least 1".into()));
@@ -536,6 +553,8 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         workers: args.workers,
         worker: 0,
         reconnect: soak_enabled(args),
+        stateful_reconnect: args.stateful_reconnect,
+        drop_share: args.drop_share,
     };
     if scenario.is_chat_room() {
         plan.senders = plan.posters();
@@ -994,7 +1013,34 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
         return Ok(report);
     }
     write_outputs(&report, args.summary_json.as_ref(), args.chart.as_ref())?;
+    if args.stateful_reconnect {
+        println!("{}", stateful_line(&sum(&live).stateful, &report));
+    }
     Ok(report)
+}
+
+/// One line on what stateful reconnect went through, with what it must not have cost
+/// (lost or duplicated messages) and what it may (the service's CPU and memory).
+fn stateful_line(counts: &crate::stats::StatefulCounts, report: &Report) -> String {
+    let cpu = report
+        .steps
+        .iter()
+        .filter_map(|s| s.service_cpu_us_per_delivery)
+        .next_back()
+        .map_or("-".to_owned(), |us| format!("{us:.1} µs/message"));
+    let rss = report.service.as_ref().map_or("-".to_owned(), |s| {
+        format!("{:.1} MiB", s.rss_kb as f64 / 1024.0)
+    });
+    format!(
+        "stateful reconnect: drops {}, reconnects {}, replayed by clients {}, duplicates dropped by clients {}, not agreed {}; lost {}, duplicated {}; service CPU {cpu}, RSS {rss}",
+        counts.drops,
+        counts.reconnects,
+        counts.replayed,
+        counts.duplicates_dropped,
+        counts.refused,
+        report.counts.lost,
+        report.counts.duplicated,
+    )
 }
 
 fn describe(endpoint: &Endpoint) -> String {

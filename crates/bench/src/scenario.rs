@@ -199,6 +199,12 @@ pub struct Plan {
     /// the run counts per phase (see [`crate::soak`]).
     #[serde(default)]
     pub reconnect: bool,
+    /// Clients use stateful reconnect (--stateful-reconnect).
+    #[serde(default)]
+    pub stateful_reconnect: bool,
+    /// Share of connections dropped abruptly each second (--drop-share).
+    #[serde(default)]
+    pub drop_share: f64,
 }
 
 impl Plan {
@@ -468,4 +474,13 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Stateful reconnect (WebSockets): clients ask for it (`withStatefulReconnect()`), and an
+    /// app server the tool starts allows it. The run prints the reconnects it saw.
+    #[arg(long)]
+    pub stateful_reconnect: bool,
+    /// With --stateful-reconnect: the share of connections whose socket is dropped abruptly
+    /// (no close) each second, from the start of the warm-up to the end of sending; 0.05
+    /// drops each connection once every 20 s. Messages must still arrive exactly once.
+    #[arg(long, default_value_t = 0.0, requires = "stateful_reconnect")]
+    pub drop_share: f64,
 }

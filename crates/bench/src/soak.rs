@@ -535,6 +535,8 @@ mod tests {
             workers: 1,
             worker: 0,
             reconnect: true,
+            stateful_reconnect: false,
+            drop_share: 0.0,
         }
     }
 

@@ -135,6 +135,34 @@ pub struct Live {
     pub received_bytes: u64,
     pub buckets_v1: Vec<u64>,
     pub buckets_v2: Vec<u64>,
+    /// Stateful reconnect (--stateful-reconnect): what the connections went through.
+    #[serde(default)]
+    pub stateful: StatefulCounts,
+}
+
+/// Stateful reconnect, summed over connections (each adds its own when it ends).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatefulCounts {
+    /// Sockets dropped on purpose (--drop-share).
+    pub drops: u64,
+    /// New sockets the clients opened to carry on.
+    pub reconnects: u64,
+    /// Frames the clients wrote again (the service had not acknowledged them).
+    pub replayed: u64,
+    /// Messages the clients received twice (replayed by the service) and dropped.
+    pub duplicates_dropped: u64,
+    /// Connections the service did not agree to stateful reconnect with.
+    pub refused: u64,
+}
+
+impl StatefulCounts {
+    pub fn add(&mut self, other: &StatefulCounts) {
+        self.drops += other.drops;
+        self.reconnects += other.reconnects;
+        self.replayed += other.replayed;
+        self.duplicates_dropped += other.duplicates_dropped;
+        self.refused += other.refused;
+    }
 }
 
 impl Live {
@@ -146,6 +174,7 @@ impl Live {
         self.received += other.received;
         self.sent_bytes += other.sent_bytes;
         self.received_bytes += other.received_bytes;
+        self.stateful.add(&other.stateful);
         for (target, source) in [
             (&mut self.buckets_v1, &other.buckets_v1),
             (&mut self.buckets_v2, &other.buckets_v2),
@@ -172,6 +201,11 @@ pub struct LiveCounters {
     pub received_bytes: AtomicU64,
     pub buckets_v1: [AtomicU64; 11],
     pub buckets_v2: [AtomicU64; 8],
+    pub stateful_drops: AtomicU64,
+    pub stateful_reconnects: AtomicU64,
+    pub stateful_replayed: AtomicU64,
+    pub stateful_duplicates: AtomicU64,
+    pub stateful_refused: AtomicU64,
 }
 
 impl LiveCounters {
@@ -186,6 +220,13 @@ impl LiveCounters {
             received_bytes: self.received_bytes.load(Relaxed),
             buckets_v1: self.buckets_v1.iter().map(|b| b.load(Relaxed)).collect(),
             buckets_v2: self.buckets_v2.iter().map(|b| b.load(Relaxed)).collect(),
+            stateful: StatefulCounts {
+                drops: self.stateful_drops.load(Relaxed),
+                reconnects: self.stateful_reconnects.load(Relaxed),
+                replayed: self.stateful_replayed.load(Relaxed),
+                duplicates_dropped: self.stateful_duplicates.load(Relaxed),
+                refused: self.stateful_refused.load(Relaxed),
+            },
         }
     }
 }

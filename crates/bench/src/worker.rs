@@ -295,6 +295,21 @@ impl Shared {
         );
     }
 
+    /// Adds a connection's stateful-reconnect counters, once, when it ends.
+    fn stateful_done(&self, conn: &Connection) {
+        if let Some(stats) = conn.stateful_stats() {
+            self.live
+                .stateful_reconnects
+                .fetch_add(stats.reconnects, Relaxed);
+            self.live
+                .stateful_replayed
+                .fetch_add(stats.replayed, Relaxed);
+            self.live
+                .stateful_duplicates
+                .fetch_add(stats.duplicates, Relaxed);
+        }
+    }
+
     fn dropped(&self, error: String) {
         self.live.dropped.fetch_add(1, Relaxed);
         let mut stats = self.stats.lock();
@@ -716,6 +731,8 @@ fn options_for(
             .then(|| plan.source_addresses[source % plan.source_addresses.len()]),
         http: Some(http[source % http.len()].clone()),
         max_message_size: 16 * 1024 * 1024,
+        stateful_reconnect: plan.stateful_reconnect,
+        ..ConnectOptions::new(transport, format)
     }
 }
 
@@ -844,6 +861,23 @@ fn rest_token(rest: &RestTarget, url: &str) -> Option<String> {
 /// until the worker finishes.
 async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, target: String) {
     let plan = &shared.plan;
+    if plan.stateful_reconnect && !conn.is_stateful() {
+        shared.live.stateful_refused.fetch_add(1, Relaxed);
+        shared
+            .stats
+            .lock()
+            .error("stateful reconnect: the service did not agree (is the app server started with --allow-stateful-reconnects?)");
+    }
+    // --drop-share: this connection's socket is dropped once every 1/share seconds, at a
+    // phase of its own so that the drops spread evenly over each second.
+    let drop_period_ms =
+        (conn.is_stateful() && plan.drop_share > 0.0).then(|| 1000.0 / plan.drop_share);
+    let mut drop_ms = drop_period_ms.map(|period| {
+        let phase = (g as f64 * 0.618_033_988_75).fract() * period;
+        shared.schedule.start_ms + phase
+    });
+    let drop_timer = sleep_until(instant_at(drop_ms.unwrap_or(0.0)));
+    tokio::pin!(drop_timer);
     let sends = plan.scenario.sends() && !plan.scenario.is_rest();
     let mut due_ms = if sends {
         shared.schedule.first_due(plan, g)
@@ -873,6 +907,14 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
             biased;
             _ = finish.changed() => break,
             _ = stop.changed() => {}
+            _ = &mut drop_timer, if drop_ms.is_some_and(|at| at < shared.schedule.end_ms) => {
+                // The next next_frame or send_raw finds the socket gone and reconnects.
+                conn.abort_transport();
+                shared.live.stateful_drops.fetch_add(1, Relaxed);
+                let next = drop_ms.unwrap_or_default() + drop_period_ms.unwrap_or_default();
+                drop_ms = Some(next);
+                drop_timer.as_mut().reset(instant_at(next));
+            }
             _ = &mut timer, if due_ms.is_some() => {
                 let due = due_ms.unwrap_or_default();
                 let step = shared.schedule.step_of(due);
@@ -904,10 +946,12 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                     sent = conn.send_raw(frame) => if let Err(e) = sent {
                         shared.dropped(format!("send: {e}"));
                         shared.unsent(due_ms, interval_ms, fanout);
+                        shared.stateful_done(&conn);
                         return;
                     },
                     _ = finish.changed() => {
                         shared.unsent(due_ms, interval_ms, fanout);
+                        shared.stateful_done(&conn);
                         return;
                     }
                 }
@@ -918,6 +962,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                     Err(e) => {
                         shared.dropped(format!("receive: {e}"));
                         shared.unsent(due_ms, interval_ms, fanout);
+                        shared.stateful_done(&conn);
                         return;
                     }
                 };
@@ -940,6 +985,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
                     Ok(Received::Close { error }) => {
                         shared.dropped(format!("closed by the server: {}", error.unwrap_or_default()));
                         shared.unsent(due_ms, interval_ms, fanout);
+                        shared.stateful_done(&conn);
                         return;
                     }
                     Ok(Received::Other(what)) => shared.stats.lock().error(format!("unexpected: {what}")),
@@ -949,6 +995,7 @@ async fn connection_task(shared: Arc<Shared>, g: u64, mut conn: Connection, targ
         }
     }
     shared.unsent(due_ms, interval_ms, fanout);
+    shared.stateful_done(&conn);
     // Close politely so the service does not count an abort (bounded: a stuck socket
     // must not hold the worker's final report).
     let _ = timeout(Duration::from_secs(3), conn.close()).await;
@@ -1296,6 +1343,8 @@ mod tests {
             workers: 2,
             worker: 1,
             reconnect: false,
+            stateful_reconnect: false,
+            drop_share: 0.0,
         }
     }
 

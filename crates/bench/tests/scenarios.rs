@@ -484,6 +484,8 @@ fn chat_posts(connections: u64, size: u64, interval_ms: f64, seconds: f64) -> u6
         workers: 1,
         worker: 0,
         reconnect: false,
+        stateful_reconnect: false,
+        drop_share: 0.0,
     };
     let end = seconds * 1000.0;
     (0..connections)
