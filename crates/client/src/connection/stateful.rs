@@ -262,10 +262,8 @@ impl Stateful {
 fn quick_type(format: Format, body: &[u8]) -> Option<u8> {
     match format {
         Format::Json => {
-            if let Some(rest) = body.strip_prefix(b"{\"type\":") {
-                if let [digit @ b'1'..=b'9', b',' | b'}', ..] = rest {
-                    return Some(digit - b'0');
-                }
+            if let Some([digit @ b'1'..=b'9', b',' | b'}', ..]) = body.strip_prefix(b"{\"type\":") {
+                return Some(digit - b'0');
             }
         }
         // A fixarray whose first element is a positive fixint.
