@@ -1027,12 +1027,15 @@ fn stateful_line(counts: &crate::stats::StatefulCounts, report: &Report) -> Stri
         .iter()
         .filter_map(|s| s.service_cpu_us_per_delivery)
         .next_back()
-        .map_or("-".to_owned(), |us| format!("{us:.1} µs/message"));
-    let rss = report.service.as_ref().map_or("-".to_owned(), |s| {
-        format!("{:.1} MiB", s.rss_kb as f64 / 1024.0)
-    });
+        .map_or("-".to_owned(), |us| format!("{us:.1} µs/delivery"));
+    // At the end of the last step, while every connection (and its buffers) is held.
+    let rss = report
+        .steps
+        .last()
+        .and_then(|s| s.service.as_ref())
+        .map_or("-".to_owned(), |s| report::fmt_memory_kb(s.rss_kb));
     format!(
-        "stateful reconnect: drops {}, reconnects {}, replayed by clients {}, duplicates dropped by clients {}, not agreed {}; lost {}, duplicated {}; service CPU {cpu}, RSS {rss}",
+        "stateful reconnect: drops {}, reconnects {}, replayed by clients {}, duplicates dropped by clients {}, not agreed {}; lost {}, duplicated {}; service CPU {cpu}, service RSS {rss}",
         counts.drops,
         counts.reconnects,
         counts.replayed,
