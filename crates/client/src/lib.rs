@@ -5,7 +5,8 @@
 //! # Layout
 //! - [`connection`]: [`connect`] / [`Connection`], a connection over any of the three
 //!   transports, started like the official clients (negotiate redirects followed), with an
-//!   optional source address; [`connect_direct`] skips negotiation; [`negotiate`] alone.
+//!   optional source address and stateful reconnect (WebSockets); [`connect_direct`] skips
+//!   negotiation; [`negotiate`] alone.
 //! - [`WsClient`]: a WebSocket [`Connection`] made straight to a URL, for raw tests.
 //! - [`app_server`]: the other side: an app server connected to the service the way the
 //!   .NET server SDK is, running the application's hub methods ([`app_server::HubMethods`]).
@@ -25,7 +26,7 @@ mod ws_client;
 
 pub use connection::{
     connect, connect_direct, http_client, negotiate, ConnectOptions, Connection, Negotiated,
-    Transport,
+    StatefulStats, Transport,
 };
 pub use error::{with_causes, ClientError};
 pub use message::{decode, msgpack_to_json};
