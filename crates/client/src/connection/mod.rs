@@ -171,8 +171,9 @@ pub struct ConnectOptions {
     pub stateful_reconnect: bool,
     /// Unacknowledged bytes the connection expects to keep for replay. Sends never wait:
     /// the connection has no task that could read the server's Acks while a send waits, so
-    /// past this it keeps buffering and [`Connection::stateful_is_full`] says so (the server
-    /// acknowledges every second, so the excess is what one second of sending holds).
+    /// past this it keeps buffering and [`Connection::stateful_is_full`] says so. The server
+    /// acknowledges every second, but its Acks are only taken in by
+    /// [`Connection::next_frame`]: a caller that sends without reading keeps everything.
     pub stateful_buffer_size: usize,
     /// How long after a drop a new socket is tried before the connection fails.
     pub stateful_reconnect_window: Duration,
