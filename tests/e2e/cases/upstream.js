@@ -13,25 +13,12 @@ const os = require('node:os');
 const path = require('node:path');
 const { VALID, connect, closeAll, uniqueHub, waitFor, signalR, MessagePackHubProtocol } = require('../lib/client');
 const { startService, EMULATOR_KEY } = require('../lib/service');
+const { framedBinary } = require('../lib/stateful');
 
 const PROTOCOLS = {
   'application/json': new signalR.JsonHubProtocol(),
   'application/x-msgpack': new MessagePackHubProtocol(),
 };
-
-/** A MessagePack body as the protocol reads it: with its VarInt length prefix. */
-function framedBinary(body) {
-  const prefix = [];
-  let length = body.length;
-  do {
-    let byte = length & 0x7f;
-    length >>= 7;
-    if (length > 0) byte |= 0x80;
-    prefix.push(byte);
-  } while (length > 0);
-  const framed = Buffer.concat([Buffer.from(prefix), body]);
-  return framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
-}
 
 /** The invocation in an upstream request body (sent without framing). */
 function parseInvocation(contentType, body) {

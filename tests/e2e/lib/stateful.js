@@ -1,5 +1,6 @@
 'use strict';
-// Helpers of the stateful-reconnect tests: a client with `withStatefulReconnect()`, resets
+// Helpers of the stateful-reconnect tests (and the upstream case's MessagePack framing): a
+// client with `withStatefulReconnect()`, resets
 // while work runs, and exact checks of numbered messages.
 
 const assert = require('node:assert/strict');
@@ -105,6 +106,20 @@ class Upstream {
   }
 }
 
+/** A MessagePack body as the protocol reads it: with its VarInt length prefix. */
+function framedBinary(body) {
+  const prefix = [];
+  let length = body.length;
+  do {
+    let byte = length & 0x7f;
+    length >>= 7;
+    if (length > 0) byte |= 0x80;
+    prefix.push(byte);
+  } while (length > 0);
+  const framed = Buffer.concat([Buffer.from(prefix), body]);
+  return framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
+}
+
 /** The numbers in the upstream's `count` invocations, in arrival order. */
 function countedNumbers(upstream, id) {
   const json = new signalR.JsonHubProtocol();
@@ -113,20 +128,11 @@ function countedNumbers(upstream, id) {
     if (type === 'application/json') {
       return json.parseMessages(`${body.toString('utf8')}\x1e`, signalR.NullLogger.instance)[0].arguments[0];
     }
-    const prefix = [];
-    let length = body.length;
-    do {
-      let byte = length & 0x7f;
-      length >>= 7;
-      if (length > 0) byte |= 0x80;
-      prefix.push(byte);
-    } while (length > 0);
-    const framed = Buffer.concat([Buffer.from(prefix), body]);
-    const buffer = framed.buffer.slice(framed.byteOffset, framed.byteOffset + framed.length);
-    return msgpack.parseMessages(buffer, signalR.NullLogger.instance)[0].arguments[0];
+    return msgpack.parseMessages(framedBinary(body), signalR.NullLogger.instance)[0].arguments[0];
   });
 }
 
 module.exports = {
+  framedBinary,
   build, cutDuring, until, range, metric, describeMismatch, assertExactly, Upstream, countedNumbers,
 };
