@@ -1,7 +1,7 @@
 'use strict';
 // Helpers of the stateful-reconnect tests (and the upstream case's MessagePack framing): a
-// client with `withStatefulReconnect()`, resets
-// while work runs, and exact checks of numbered messages.
+// client with `withStatefulReconnect()`, resets while work runs, and exact checks of numbered
+// messages.
 
 const assert = require('node:assert/strict');
 const http = require('node:http');
