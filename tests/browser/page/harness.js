@@ -34,8 +34,13 @@ window.harness = (() => {
     numbers.set(name, []);
     reconnecting.set(name, 0);
     connection.on('newMessage', (...args) => inbox.get(name).push(args));
-    connection.on('n', (n) => numbers.get(name).push(n));
-    connection.on('Measure', (n) => numbers.get(name).push(n));
+    // Handlers return nothing: a value would be taken for a client result.
+    connection.on('n', (n) => {
+      numbers.get(name).push(n);
+    });
+    connection.on('Measure', (n) => {
+      numbers.get(name).push(n);
+    });
     connection.onreconnecting(() => reconnecting.set(name, reconnecting.get(name) + 1));
     connections.set(name, connection);
     try {
