@@ -79,6 +79,9 @@ pub struct Client {
     uploads: Mutex<HashMap<String, mpsc::UnboundedSender<Result<Value, String>>>>,
     /// Streams to the client still running, by invocation id; dropping a sender cancels.
     streaming: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    /// The service asked to pause sending to this client (ConnectionFlowControl): its queue
+    /// there is backed up. Streams wait until it resumes.
+    paused: tokio::sync::watch::Sender<bool>,
 }
 
 struct Stream {
@@ -124,7 +127,19 @@ impl Client {
             }),
             uploads: Mutex::default(),
             streaming: Mutex::default(),
+            paused: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// ConnectionFlowControl Pause (true) or Resume (false) from the service.
+    pub(super) fn set_paused(&self, paused: bool) {
+        self.paused.send_replace(paused);
+    }
+
+    /// Resolves once the service has not asked to pause sending to this client.
+    pub(super) async fn resumed(&self) {
+        let mut paused = self.paused.subscribe();
+        let _ = paused.wait_for(|paused| !*paused).await;
     }
 
     /// Registers the upload streams an invocation announces (`streamIds`).

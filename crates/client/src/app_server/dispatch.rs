@@ -12,7 +12,8 @@ use switchyard_hub_protocol::{
     encode_completion, encode_message, handshake, ping, CompletionResult, Format, HubMessage,
 };
 use switchyard_service_protocol::{
-    ClientCompletion, ConnectionData, Extensions, OpenConnection, ServiceMessage,
+    ClientCompletion, ConnectionData, ConnectionFlowControl, Extensions, OpenConnection,
+    ServiceMessage,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -56,6 +57,11 @@ impl Hub {
                 },
             ),
             ServiceMessage::ClientCompletion(completion) => self.on_client_completion(completion),
+            ServiceMessage::ConnectionFlowControl(flow)
+                if flow.connection_type == ConnectionFlowControl::CLIENT =>
+            {
+                self.on_flow_control(link, flow)
+            }
             ServiceMessage::ErrorCompletion(error) => {
                 if !self
                     .results
@@ -98,6 +104,26 @@ impl Hub {
         };
         link.clients.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(worker(self.clone(), client, rx, methods.clone()));
+    }
+
+    /// The service's queue for a client is backed up (Pause) or drained (Resume). A pause is
+    /// acknowledged once, as the SDK does; until the resume, streams to the client wait.
+    fn on_flow_control(&self, link: &Arc<Link>, flow: ConnectionFlowControl) {
+        let Some(client) = self.client(&flow.connection_id) else {
+            return;
+        };
+        match flow.operation {
+            ConnectionFlowControl::PAUSE => {
+                client.set_paused(true);
+                link.send(ConnectionFlowControl {
+                    operation: ConnectionFlowControl::PAUSE_ACK,
+                    ext: Extensions::default(),
+                    ..flow
+                });
+            }
+            ConnectionFlowControl::RESUME => client.set_paused(false),
+            _ => {}
+        }
     }
 
     /// ConnectionData from the service: bytes the client sent.
@@ -349,6 +375,7 @@ async fn send_stream(
                 tokio::task::yield_now().await;
             }
             client.link.wait_room(STREAM_BACKLOG).await;
+            client.resumed().await;
             items.next().await
         };
         tokio::select! {

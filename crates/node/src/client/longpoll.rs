@@ -122,6 +122,8 @@ async fn wait_for_data(
     };
     match next {
         Batch::Frames => {
+            // Taken whole: the queue is empty, so a paused app server may go on.
+            client.backlog_written();
             let body = if batch.len() == 1 {
                 batch.pop().expect("one frame")
             } else {

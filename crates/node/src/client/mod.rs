@@ -95,6 +95,9 @@ pub(crate) struct ClientConnection {
     /// Default mode: the app server's connection is congested; stop reading from the client
     /// until it has room (see `room_for_sends`).
     pub(crate) hold_reading: AtomicBool,
+    /// Default mode: the app server was asked to pause sending to this client; the transport
+    /// resumes it once it has written what was queued (see `backlog_written`).
+    flow_paused: AtomicBool,
     /// Held only while bytes are parsed, never across an await.
     pub(crate) inbound: Mutex<Inbound>,
     pub(crate) poll: longpoll::PollState,
@@ -165,6 +168,7 @@ impl ClientConnection {
             pending: AtomicBool::new(true),
             admitted: AtomicBool::new(false),
             hold_reading: AtomicBool::new(false),
+            flow_paused: AtomicBool::new(false),
             inbound: Mutex::new(Inbound::new()),
             poll: longpoll::PollState::default(),
             link: Mutex::new(link),
@@ -263,6 +267,18 @@ impl ClientConnection {
             server.room().await;
         }
         self.hold_reading.store(false, Ordering::Release);
+    }
+
+    /// A transport wrote what it took from the queue: if the app server was asked to pause
+    /// sending to this client, it may go on. (One atomic load when it was not.)
+    pub(crate) fn backlog_written(&self) {
+        if !self.flow_paused.load(Ordering::Acquire) {
+            return;
+        }
+        self.flow_paused.store(false, Ordering::Release);
+        if let Some(link) = self.link.lock().as_mut() {
+            link.resume_flow(self);
+        }
     }
 
     /// Stops counting the connection as pending; true the first time.
@@ -394,6 +410,10 @@ impl LinkedClient for ClientConnection {
 
     fn mark_handshake_done(&self) {
         ClientConnection::mark_handshake_done(self)
+    }
+
+    fn note_flow_paused(&self, paused: bool) {
+        self.flow_paused.store(paused, Ordering::Release);
     }
 }
 

@@ -88,7 +88,11 @@ impl StreamState {
         let outbound = client.connection.outbound();
         let event = tokio::select! {
             next = outbound.next_batch(&mut self.batch) => match next {
-                Batch::Frames => format_event(std::mem::take(&mut self.batch).into_iter()),
+                Batch::Frames => {
+                    // Taken whole: the queue is empty, so a paused app server may go on.
+                    client.backlog_written();
+                    format_event(std::mem::take(&mut self.batch).into_iter())
+                }
                 Batch::Close(reason) => {
                     self.done = true;
                     format_event(client.close_frame(&reason).into_iter())

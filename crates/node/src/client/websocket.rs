@@ -299,6 +299,7 @@ fn run<'a>(
                     if !write_batch(socket, client, &mut batch).await {
                         return dropped(clients, client, generation);
                     }
+                    client.backlog_written();
                 }
                 Step::Ping => {
                     if !write_ping(socket, client).await {
@@ -433,7 +434,9 @@ async fn hold(
             Step::Ping => write_ping(socket, client).await,
             _ => {
                 track(clients, client, batch);
-                write_batch(socket, client, batch).await
+                let written = write_batch(socket, client, batch).await;
+                client.backlog_written();
+                written
             }
         };
         if !written {

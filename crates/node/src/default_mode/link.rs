@@ -11,8 +11,8 @@ use switchyard_core::CloseReason;
 use switchyard_hub_protocol::{handshake, Format, FrameError, FrameSplitter, RECORD_SEPARATOR};
 use switchyard_router::Join;
 use switchyard_service_protocol::{
-    CloseConnection, ConnectionData, Extensions, Headers, OpenConnection, ServiceEvent,
-    ServiceMessage,
+    CloseConnection, ConnectionData, ConnectionFlowControl, Extensions, Headers, OpenConnection,
+    ServiceEvent, ServiceMessage,
 };
 
 use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
@@ -174,6 +174,8 @@ pub(crate) struct DefaultLink {
     pub(crate) sticky_server: Option<String>,
     /// `asrs.s.ssticky=Required`: only that app server may take the client.
     pub(crate) sticky_required: bool,
+    /// The app server was asked to pause sending to the client and not yet to resume.
+    flow_paused: bool,
 }
 
 impl DefaultLink {
@@ -200,6 +202,7 @@ impl DefaultLink {
             server: None,
             relay: BytesMut::new(),
             awaiting_handshake_response: false,
+            flow_paused: false,
             sticky_server: token.claim("asrs.s.sn").map(str::to_string),
             sticky_required: token
                 .claim("asrs.s.ssticky")
@@ -340,9 +343,44 @@ impl DefaultLink {
             .map_err(|e| relay_error(e, max))?;
         if whole > 0 {
             client.connection().outbound().push(data.split_to(whole));
+            self.pause_if_backed_up(client);
         }
         self.keep(data, held);
         Ok(())
+    }
+
+    /// The client reads slower than its app server writes to it (a fast stream, a slow
+    /// network): past a quarter of its queue's budget the app server is asked to stop sending
+    /// to it (ConnectionFlowControl Pause), so the writer waits instead of overflowing the
+    /// queue, which would close the client as a slow consumer. Peers that do not know the
+    /// message ignore it, as the SDK ignores unknown types.
+    fn pause_if_backed_up(&mut self, client: &dyn LinkedClient) {
+        let Some(server) = &self.server else {
+            return;
+        };
+        if self.flow_paused {
+            return;
+        }
+        // Noted before the queue is looked at: a writer that empties it from now on finds
+        // the note and waits for this lock, so a pause is never left without its resume.
+        client.note_flow_paused(true);
+        let outbound = client.connection().outbound();
+        if outbound.pending_bytes() * 4 < outbound.max_pending_bytes() {
+            client.note_flow_paused(false);
+            return;
+        }
+        server.send(&flow_control(client, ConnectionFlowControl::PAUSE));
+        self.flow_paused = true;
+    }
+
+    /// The client's transport wrote the backlog: the app server may send to it again.
+    pub(crate) fn resume_flow(&mut self, client: &dyn LinkedClient) {
+        if !std::mem::take(&mut self.flow_paused) {
+            return;
+        }
+        if let Some(server) = &self.server {
+            server.send(&flow_control(client, ConnectionFlowControl::RESUME));
+        }
     }
 
     /// Holds an incomplete tail for the next ConnectionData. The relay's own buffer is taken
@@ -366,6 +404,15 @@ impl DefaultLink {
 }
 
 /// The close reason for an app server's bytes that cannot be relayed.
+fn flow_control(client: &dyn LinkedClient, operation: i32) -> ServiceMessage {
+    ServiceMessage::ConnectionFlowControl(ConnectionFlowControl {
+        connection_id: client.connection().id().to_string(),
+        connection_type: ConnectionFlowControl::CLIENT,
+        operation,
+        ext: Extensions::default(),
+    })
+}
+
 fn relay_error(error: FrameError, max: usize) -> CloseReason {
     CloseReason::ProtocolError(match error {
         FrameError::TooLarge { .. } => {
@@ -598,5 +645,85 @@ mod tests {
         assert!(!client.connection.outbound().is_closing());
         default_mode.client_finished(&*client, &CloseReason::ClientClosed);
         assert_eq!(first.client_count(), 0);
+    }
+
+    /// The flow-control messages queued for an app server connection.
+    fn flow_controls(server: &ServerConnection) -> Vec<i32> {
+        let mut frames = Vec::new();
+        server.outbound.try_drain(&mut frames);
+        let mut stream = BytesMut::new();
+        for frame in frames {
+            stream.extend_from_slice(&frame);
+        }
+        let reader = switchyard_service_protocol::FrameReader::new(usize::MAX);
+        let mut operations = Vec::new();
+        while let Some(body) = reader.next_body(&mut stream).unwrap() {
+            if let ServiceMessage::ConnectionFlowControl(flow) =
+                switchyard_service_protocol::decode(&body).unwrap()
+            {
+                assert_eq!(flow.connection_id, "c1");
+                assert_eq!(flow.connection_type, ConnectionFlowControl::CLIENT);
+                operations.push(flow.operation);
+            }
+        }
+        operations
+    }
+
+    /// A client whose queue backs up past a quarter of its budget: its app server is asked to
+    /// pause once, and to resume once the transport wrote the backlog.
+    #[test]
+    fn a_backed_up_client_pauses_its_app_server_until_the_backlog_is_written() {
+        let default_mode = DefaultMode::new(&Config::default(), "n1".into());
+        let hub = HubName::new("chat", None).unwrap();
+        let server =
+            ServerConnection::register_detached(&default_mode.servers, hub.clone(), "A", 1 << 20);
+        let token = VerifiedToken {
+            claims: Vec::new(),
+            expires_at: i64::MAX,
+            audiences: Vec::new(),
+        };
+        let client = Arc::new(TestClient {
+            connection: Arc::new(Connection::new(
+                ConnectionId::new("c1").unwrap(),
+                None,
+                1000,
+            )),
+            hub: Router::new(Arc::new(NoInterest)).hub(&hub),
+            link: Mutex::new(Some(DefaultLink::new(&token))),
+            handshake_done: AtomicBool::new(false),
+        });
+        let as_linked: Arc<dyn LinkedClient> = client.clone();
+        client
+            .connection
+            .set_protocol(switchyard_core::Protocol::Json);
+        let request = Bytes::from(handshake::encode_request("json", 1));
+        let link_open = client.link.lock().as_mut().unwrap().open(
+            as_linked,
+            server.clone(),
+            "json",
+            request,
+            "n1~test",
+        );
+        assert!(link_open);
+        default_mode.relay(&*client, Bytes::from_static(handshake::RESPONSE_OK));
+        let message = |n: usize| {
+            Bytes::from(format!(
+                "{{\"type\":1,\"target\":\"{}\",\"arguments\":[]}}\u{1e}",
+                "x".repeat(n)
+            ))
+        };
+        // 100 bytes queued: under a quarter of 1,000.
+        default_mode.relay(&*client, message(60));
+        assert_eq!(flow_controls(&server), Vec::<i32>::new());
+        // Past a quarter: one Pause, and no second one while paused.
+        default_mode.relay(&*client, message(200));
+        default_mode.relay(&*client, message(10));
+        assert_eq!(flow_controls(&server), vec![ConnectionFlowControl::PAUSE]);
+        // The transport takes and writes the backlog: one Resume.
+        let mut frames = Vec::new();
+        client.connection.outbound().try_drain(&mut frames);
+        client.link.lock().as_mut().unwrap().resume_flow(&*client);
+        client.link.lock().as_mut().unwrap().resume_flow(&*client);
+        assert_eq!(flow_controls(&server), vec![ConnectionFlowControl::RESUME]);
     }
 }

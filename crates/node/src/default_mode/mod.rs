@@ -42,6 +42,10 @@ pub(crate) trait LinkedClient: Send + Sync {
     fn handshake_done(&self) -> bool;
     /// The app server's handshake response went out to the client.
     fn mark_handshake_done(&self);
+    /// Whether the app server may be asked to pause sending to this client
+    /// (ConnectionFlowControl); the client's transport resumes it once it has written the
+    /// backlog.
+    fn note_flow_paused(&self, _paused: bool) {}
 }
 
 /// Default mode on one node: its app-server connections and the client invocations routed
