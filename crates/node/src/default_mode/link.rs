@@ -358,14 +358,15 @@ impl DefaultLink {
         let Some(server) = &self.server else {
             return;
         };
-        if self.flow_paused {
+        let outbound = client.connection().outbound();
+        let backed_up = || outbound.pending_bytes() * 4 >= outbound.max_pending_bytes();
+        if self.flow_paused || !backed_up() {
             return;
         }
-        // Noted before the queue is looked at: a writer that empties it from now on finds
-        // the note and waits for this lock, so a pause is never left without its resume.
+        // Noted before the queue is looked at again: a writer that empties it from now on
+        // finds the note and waits for this lock, so a pause is never left without its resume.
         client.note_flow_paused(true);
-        let outbound = client.connection().outbound();
-        if outbound.pending_bytes() * 4 < outbound.max_pending_bytes() {
+        if !backed_up() {
             client.note_flow_paused(false);
             return;
         }
