@@ -14,7 +14,7 @@ use switchyard_service_protocol::{ConnectionData, Extensions, OpenConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::link::Link;
-use super::methods::ClientStream;
+use super::upload::ClientStream;
 use super::InvokeError;
 
 /// ASP.NET Core's keep-alive interval towards clients.

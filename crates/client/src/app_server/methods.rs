@@ -8,16 +8,12 @@
 //! the background once started, as in ASP.NET Core, so the client's later messages (its
 //! stream items, cancels, other invocations) are not held up behind them.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use futures_util::Stream;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::context::HubContext;
+use super::upload::ClientStream;
 
 /// Who invoked a hub method.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,35 +35,6 @@ pub type ItemStream = BoxStream<'static, Result<Value, String>>;
 
 /// The outcome of starting a streaming method: its items, or the error to complete with.
 pub type StreamResult = Result<ItemStream, String>;
-
-/// One stream the client uploads (a `Subject` / `ChannelReader` argument): its items in the
-/// order sent. It ends (`None`) at the client's Completion for it; a Completion with an
-/// error, or the client leaving, yields one `Err` first.
-#[derive(Debug)]
-pub struct ClientStream {
-    pub(super) id: String,
-    pub(super) items: mpsc::UnboundedReceiver<Result<Value, String>>,
-}
-
-impl ClientStream {
-    /// The stream id the client chose.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The next item; `None` once the stream is complete.
-    pub async fn recv(&mut self) -> Option<Result<Value, String>> {
-        self.items.recv().await
-    }
-}
-
-impl Stream for ClientStream {
-    type Item = Result<Value, String>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.items.poll_recv(cx)
-    }
-}
 
 /// The methods clients can invoke on a hub.
 pub trait HubMethods: Send + Sync + 'static {

@@ -9,6 +9,7 @@
 //! - `dispatch`: what the service sends, and each client's invocations run in order.
 //! - [`HubContext`]: sends, group operations and client results, as the SDK writes them.
 //! - [`HubMethods`]: the application's hub, which the app server calls.
+//! - [`ClientStream`]: a stream a client uploads.
 //! - [`negotiate`]: the negotiate redirect document (HTTP is the caller's).
 //! - [`token`]: URLs and tokens derived from the connection string.
 
@@ -25,6 +26,7 @@ mod methods;
 pub mod negotiate;
 mod results;
 pub mod token;
+mod upload;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,8 +41,9 @@ pub use config::{default_server_id, AppServerConfig, ShutdownMode};
 pub use connection::retry_delay;
 pub use context::{payloads, HubContext};
 pub use error::{AckError, AppServerError, InvokeError, NotConnected};
-pub use methods::{Caller, ClientStream, HubMethods, ItemStream, MethodResult, StreamResult};
+pub use methods::{Caller, HubMethods, ItemStream, MethodResult, StreamResult};
 pub use negotiate::{Redirect, NOT_CONNECTED};
+pub use upload::ClientStream;
 
 use hub::{Hub, ServerInfo};
 
