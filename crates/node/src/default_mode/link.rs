@@ -404,7 +404,7 @@ impl DefaultLink {
     }
 }
 
-/// The close reason for an app server's bytes that cannot be relayed.
+/// A ConnectionFlowControl for `client` (Pause or Resume).
 fn flow_control(client: &dyn LinkedClient, operation: i32) -> ServiceMessage {
     ServiceMessage::ConnectionFlowControl(ConnectionFlowControl {
         connection_id: client.connection().id().to_string(),
@@ -414,6 +414,7 @@ fn flow_control(client: &dyn LinkedClient, operation: i32) -> ServiceMessage {
     })
 }
 
+/// The close reason for an app server's bytes that cannot be relayed.
 fn relay_error(error: FrameError, max: usize) -> CloseReason {
     CloseReason::ProtocolError(match error {
         FrameError::TooLarge { .. } => {
