@@ -2,52 +2,16 @@
 //! process: with a share of the sockets dropped abruptly every second, every message still
 //! arrives exactly once and in order (Default mode echo, serverless REST send-to-connection).
 
-use std::process::Stdio;
-use std::time::Duration;
-
-use switchyard_capacity::report::Report;
 use switchyard_testkit::TestServer;
 
-struct Outcome {
-    code: i32,
-    stdout: String,
-    stderr: String,
-    report: Option<Report>,
-}
+mod common;
+use common::Outcome;
 
-/// Runs `switchyard-bench ARGS --summary-json … --quiet` (bounded to 90 s).
+/// [`common::bench`], its scratch directory removed once the run is read.
 async fn bench(name: &str, args: &[&str]) -> Outcome {
-    let dir = std::env::temp_dir().join(format!(
-        "switchyard-bench-stateful-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let summary = dir.join("summary.json");
-    let output = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"))
-            .args(args)
-            .arg("--summary-json")
-            .arg(&summary)
-            .arg("--quiet")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("{name}: the run did not end within 90 s"))
-    .unwrap();
-    let report = std::fs::read_to_string(&summary)
-        .ok()
-        .map(|text| serde_json::from_str(&text).expect("the summary parses as a Report"));
-    let _ = std::fs::remove_dir_all(&dir);
-    Outcome {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        report,
-    }
+    let outcome = common::bench(name, args).await;
+    let _ = std::fs::remove_dir_all(&outcome.dir);
+    outcome
 }
 
 /// A number the stateful line reports (`… drops 12, reconnects 12, …`).

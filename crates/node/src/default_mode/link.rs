@@ -585,6 +585,47 @@ mod tests {
         }
     }
 
+    /// Client `c1` of hub `chat` with a queue budget of `budget` bytes, announced on `server`
+    /// with its handshake answered.
+    fn opened_client(
+        default_mode: &DefaultMode,
+        server: &Arc<ServerConnection>,
+        budget: usize,
+    ) -> Arc<TestClient> {
+        let hub = HubName::new("chat", None).unwrap();
+        let token = VerifiedToken {
+            claims: Vec::new(),
+            expires_at: i64::MAX,
+            audiences: Vec::new(),
+        };
+        let client = Arc::new(TestClient {
+            connection: Arc::new(Connection::new(
+                ConnectionId::new("c1").unwrap(),
+                None,
+                budget,
+            )),
+            hub: Router::new(Arc::new(NoInterest)).hub(&hub),
+            link: Mutex::new(Some(DefaultLink::new(&token))),
+            handshake_done: AtomicBool::new(false),
+        });
+        let as_linked: Arc<dyn LinkedClient> = client.clone();
+        client
+            .connection
+            .set_protocol(switchyard_core::Protocol::Json);
+        let request = Bytes::from(handshake::encode_request("json", 1));
+        let opened = client.link.lock().as_mut().unwrap().open(
+            as_linked,
+            server.clone(),
+            "json",
+            request,
+            "n1~test",
+        );
+        assert!(opened);
+        default_mode.relay(&*client, Bytes::from_static(handshake::RESPONSE_OK));
+        assert!(client.handshake_done());
+        client
+    }
+
     /// Two relocations of one client working from the same snapshot (two `fin:1` pings read by
     /// two connection tasks at once): the second must not pin the client a second time.
     #[test]
@@ -600,36 +641,8 @@ mod tests {
             )
         };
         let from = register("A");
-        let token = VerifiedToken {
-            claims: Vec::new(),
-            expires_at: i64::MAX,
-            audiences: Vec::new(),
-        };
-        let client = Arc::new(TestClient {
-            connection: Arc::new(Connection::new(
-                ConnectionId::new("c1").unwrap(),
-                None,
-                1 << 20,
-            )),
-            hub: Router::new(Arc::new(NoInterest)).hub(&hub),
-            link: Mutex::new(Some(DefaultLink::new(&token))),
-            handshake_done: AtomicBool::new(false),
-        });
+        let client = opened_client(&default_mode, &from, 1 << 20);
         let as_linked: Arc<dyn LinkedClient> = client.clone();
-        client
-            .connection
-            .set_protocol(switchyard_core::Protocol::Json);
-        let request = Bytes::from(handshake::encode_request("json", 1));
-        let opened = client.link.lock().as_mut().unwrap().open(
-            as_linked.clone(),
-            from.clone(),
-            "json",
-            request,
-            "n1~test",
-        );
-        assert!(opened);
-        default_mode.relay(&*client, Bytes::from_static(handshake::RESPONSE_OK));
-        assert!(client.handshake_done());
         assert_eq!(from.client_count(), 1);
         let first = register("B");
         let second = register("C");
@@ -677,37 +690,8 @@ mod tests {
     fn a_backed_up_client_pauses_its_app_server_until_the_backlog_is_written() {
         let default_mode = DefaultMode::new(&Config::default(), "n1".into());
         let hub = HubName::new("chat", None).unwrap();
-        let server =
-            ServerConnection::register_detached(&default_mode.servers, hub.clone(), "A", 1 << 20);
-        let token = VerifiedToken {
-            claims: Vec::new(),
-            expires_at: i64::MAX,
-            audiences: Vec::new(),
-        };
-        let client = Arc::new(TestClient {
-            connection: Arc::new(Connection::new(
-                ConnectionId::new("c1").unwrap(),
-                None,
-                1000,
-            )),
-            hub: Router::new(Arc::new(NoInterest)).hub(&hub),
-            link: Mutex::new(Some(DefaultLink::new(&token))),
-            handshake_done: AtomicBool::new(false),
-        });
-        let as_linked: Arc<dyn LinkedClient> = client.clone();
-        client
-            .connection
-            .set_protocol(switchyard_core::Protocol::Json);
-        let request = Bytes::from(handshake::encode_request("json", 1));
-        let link_open = client.link.lock().as_mut().unwrap().open(
-            as_linked,
-            server.clone(),
-            "json",
-            request,
-            "n1~test",
-        );
-        assert!(link_open);
-        default_mode.relay(&*client, Bytes::from_static(handshake::RESPONSE_OK));
+        let server = ServerConnection::register_detached(&default_mode.servers, hub, "A", 1 << 20);
+        let client = opened_client(&default_mode, &server, 1000);
         let message = |n: usize| {
             Bytes::from(format!(
                 "{{\"type\":1,\"target\":\"{}\",\"arguments\":[]}}\u{1e}",
