@@ -532,3 +532,42 @@ async fn the_nodes_follow_a_failed_over_master() {
         got.len()
     );
 }
+
+/// `limits.max_groups_per_connection` is kept by the node that holds the connection, and a
+/// join asked through another node comes back refused as a limit, not as "no such connection".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_limit_refuses_joins_asked_through_other_nodes() {
+    let redis = RedisServer::start();
+    let mut config = Config::default();
+    config.limits.max_groups_per_connection = 1;
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2"] {
+        let mut settings = RedisSettings::new(redis.url());
+        settings.prefix = "limits".into();
+        let backplane: Arc<dyn Backplane> = RedisBackplane::connect(settings).await.unwrap();
+        nodes.push(TestServer::start_on(config.clone(), backplane, name).await);
+    }
+    let (mut a, a_id) = client(&nodes[0], "u1", Format::Json).await;
+    let elsewhere = nodes[1].node.executor();
+    elsewhere
+        .execute(&hub(), Command::add_to_group(&a_id, "g1").unwrap())
+        .await
+        .unwrap();
+    let refused = elsewhere
+        .execute(&hub(), Command::add_to_group(&a_id, "g2").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        switchyard_node::Missing::ConnectionGroupsFull(ConnectionId::new(&a_id).unwrap(), 1)
+    );
+    assert!(refused.is_limit());
+    // The limit refused only that join: the group it is in still reaches it.
+    settle(&nodes).await;
+    send(
+        &nodes[1],
+        Target::Groups(vec![GroupName::new("g1").unwrap()]),
+        "g1",
+    );
+    expect(&mut a, "g1").await;
+}

@@ -534,6 +534,11 @@ fn write_answer(w: &mut W, answer: &Answer) {
             write_uint(w, 3);
             write_str(w, url);
         }
+        Answer::Full(max) => {
+            write_array(w, 2);
+            write_uint(w, 5);
+            write_uint(w, *max);
+        }
         Answer::UserGroups(entries) => {
             write_array(w, 2);
             write_uint(w, 4);
@@ -785,6 +790,7 @@ impl<'a> Reader<'a> {
                 Answer::Members(members)
             }
             3 => Answer::At(self.str()?.to_string()),
+            5 => Answer::Full(self.uint()?),
             4 => {
                 let count = self.array()?;
                 if count % 4 != 0 {
@@ -996,6 +1002,7 @@ mod tests {
             Answer::Members(vec![(c("a"), None), (c("b"), Some(u.clone()))]),
             Answer::Members(vec![]),
             Answer::At("http://10.0.0.1:8080".into()),
+            Answer::Full(1000),
             Answer::UserGroups(vec![]),
             Answer::UserGroups(vec![
                 UserGroupEntry {

@@ -183,6 +183,8 @@ pub enum Answer {
     Members(Vec<(ConnectionId, Option<UserId>)>),
     At(String),
     UserGroups(Vec<UserGroupEntry>),
+    /// The connection is in its maximum of groups (the limit).
+    Full(u64),
 }
 
 impl Message {

@@ -67,6 +67,24 @@ pub enum Missing {
     Group(GroupName),
     #[error("User '{0}' is not in group '{1}'.")]
     UserInGroup(UserId, GroupName),
+    /// Not a miss but a limit: the connection is in `limits.max_groups_per_connection` groups.
+    #[error(
+        "Connection '{0}' is in its maximum of {1} groups (limits.max_groups_per_connection)."
+    )]
+    ConnectionGroupsFull(ConnectionId, u64),
+    /// Not a miss but a limit: the user has `limits.max_groups_per_user` memberships.
+    #[error("User '{0}' is in its maximum of {1} groups (limits.max_groups_per_user).")]
+    UserGroupsFull(UserId, u64),
+}
+
+impl Missing {
+    /// A limit refused the command (rather than something being missing).
+    pub fn is_limit(&self) -> bool {
+        matches!(
+            self,
+            Missing::ConnectionGroupsFull(..) | Missing::UserGroupsFull(..)
+        )
+    }
 }
 
 /// Builders from the raw names both APIs receive: every name is checked here, once.

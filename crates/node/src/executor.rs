@@ -20,7 +20,7 @@ use switchyard_core::{
     Payloads, Protocol, Question, Target, UserGroupEntry, UserGroupKey,
 };
 use switchyard_hub_protocol::{encode_invocation, Format};
-use switchyard_router::{Connection, GroupMember, Interest, Router};
+use switchyard_router::{Connection, GroupLimits, GroupMember, Interest, Router};
 
 use crate::asks::{Asks, Gathered};
 use crate::command::{Check, Command, Missing};
@@ -192,11 +192,17 @@ impl Executor {
                 .unwrap_or_else(|| switchyard_auth::EMULATOR_ACCESS_KEY.to_string()),
             config.secondary_access_key.clone(),
         );
-        let router = Arc::new(Router::new(Arc::new(BackplaneInterest {
-            backplane: backplane.clone(),
-            node_id: node_id.clone(),
-            settle_timeout: config.cluster.ask_timeout,
-        })));
+        let router = Arc::new(Router::with_limits(
+            Arc::new(BackplaneInterest {
+                backplane: backplane.clone(),
+                node_id: node_id.clone(),
+                settle_timeout: config.cluster.ask_timeout,
+            }),
+            GroupLimits {
+                per_connection: config.limits.max_groups_per_connection,
+                per_user: config.limits.max_groups_per_user,
+            },
+        ));
         let asks = Arc::new(Asks::default());
         let internal_url = Arc::new(OnceLock::new());
         let members = Arc::new(Members::new(
@@ -365,7 +371,23 @@ impl Executor {
                         connection: connection.clone(),
                         group,
                     };
-                    return self.ask_owner(hub, &connection, question).await;
+                    let joined = self.ask_owner(hub, &connection, question).await;
+                    if matches!(joined, Err(Missing::ConnectionGroupsFull(..))) {
+                        self.metrics.refused("groups_per_connection");
+                    }
+                    return joined;
+                }
+                // Checked before the join goes out in order with what this node publishes;
+                // the router keeps the same bound in case the connection joined meanwhile.
+                let max = self.config.limits.max_groups_per_connection;
+                let full = self
+                    .router
+                    .find_hub(hub)
+                    .and_then(|h| h.connection(&connection))
+                    .is_some_and(|c| max != 0 && !c.in_group(&group) && c.group_count() >= max);
+                if full {
+                    self.metrics.refused("groups_per_connection");
+                    return Err(Missing::ConnectionGroupsFull(connection, max as u64));
                 }
                 self.publish(
                     vec![self.owner_of(hub, &connection)],
@@ -397,6 +419,15 @@ impl Executor {
                 Ok(())
             }
             Command::UserJoinGroup { user, group, ttl } => {
+                // Every node keeps the same table, so this node's copy decides the limit.
+                if ttl != Some(Duration::ZERO) {
+                    if let Some(h) = self.router.find_hub(hub) {
+                        if let Err(max) = h.user_may_join(&user, &group, Instant::now()) {
+                            self.metrics.refused("groups_per_user");
+                            return Err(Missing::UserGroupsFull(user, max as u64));
+                        }
+                    }
+                }
                 // Every node keeps the whole user-group table, for the user's later
                 // connections; the nodes holding the user's connections now answer once
                 // those are in the group.
@@ -482,12 +513,19 @@ impl Executor {
     ) -> Result<(), Missing> {
         let channel = self.owner_of(hub, connection);
         let gathered = self
-            .ask(hub, channel, question, |a| *a == Answer::Yes)
+            .ask(hub, channel, question, |a| {
+                matches!(a, Answer::Yes | Answer::Full(_))
+            })
             .await;
         if gathered.answers.contains(&Answer::Yes) {
-            Ok(())
-        } else {
-            Err(Missing::Connection(connection.clone()))
+            return Ok(());
+        }
+        match gathered.answers.iter().find_map(|a| match a {
+            Answer::Full(max) => Some(*max),
+            _ => None,
+        }) {
+            Some(max) => Err(Missing::ConnectionGroupsFull(connection.clone(), max)),
+            None => Err(Missing::Connection(connection.clone())),
         }
     }
 

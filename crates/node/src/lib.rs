@@ -3,7 +3,8 @@
 //! # Layout
 //! Modules are layered; each uses only those in lower layers (checked by
 //! `scripts/module-cycles.py`):
-//! 0. leaves: [`config`] (settings, validated once), [`metrics`], `http` (query parsing,
+//! 0. leaves: [`config`] (settings, validated once), [`metrics`], `budget` (node-wide
+//!    allowances given back by guards), `http` (query parsing,
 //!    token checks against the keys), `cors`.
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
 //!    miss), `asks` (questions to other nodes, waiting for their answers), `members` (which
@@ -20,6 +21,7 @@
 #![deny(rust_2018_idioms)]
 
 mod asks;
+mod budget;
 mod client;
 pub mod command;
 pub mod config;
@@ -106,7 +108,7 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let executor = Arc::new(Executor::new(config, backplane, node_id, metrics.clone()));
         let instance = executor.members().instance().to_string();
-        let default_mode = Arc::new(DefaultMode::new(executor.config(), instance));
+        let default_mode = Arc::new(DefaultMode::new(executor.config(), instance, &metrics));
         executor.set_remote_invocations(default_mode.clone());
         let upstream = Upstream::new(executor.config(), executor.keys().clone(), metrics.clone());
         let clients = Arc::new(Clients::new(

@@ -86,6 +86,17 @@ pub struct Metrics {
     pub stateful_reconnects: Family<KindLabel, Counter>,
     /// Bytes kept for replay to stateful-reconnect clients, not yet acknowledged by them.
     pub stateful_buffered_bytes: Gauge,
+    /// What a limit in `[limits]` refused, by limit: `server_connections`,
+    /// `server_connections_per_hub`, `relay_buffer`, `pending_invocations`,
+    /// `groups_per_connection`, `groups_per_user`.
+    pub limit_refusals: Family<LimitLabel, Counter>,
+    /// Bytes of app servers' half-received messages held for their clients.
+    pub relay_buffered_bytes: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    pub limit: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -211,6 +222,18 @@ impl Default for Metrics {
             stateful_reconnects.clone(),
         );
         let stateful_buffered_bytes = Gauge::default();
+        let limit_refusals = Family::<LimitLabel, Counter>::default();
+        let relay_buffered_bytes = Gauge::default();
+        registry.register(
+            "limit_refusals",
+            "Requests, connections and joins refused because a configured limit was reached, by limit",
+            limit_refusals.clone(),
+        );
+        registry.register(
+            "relay_buffered_bytes",
+            "Bytes of app servers' half-received messages held for their clients",
+            relay_buffered_bytes.clone(),
+        );
         registry.register(
             "stateful_buffered_bytes",
             "Bytes kept for replay to stateful-reconnect clients, not yet acknowledged",
@@ -252,11 +275,20 @@ impl Default for Metrics {
             upstream_requests,
             stateful_reconnects,
             stateful_buffered_bytes,
+            limit_refusals,
+            relay_buffered_bytes,
         }
     }
 }
 
 impl Metrics {
+    /// Counts one refusal by the limit named `limit` (a `[limits]` setting, short name).
+    pub fn refused(&self, limit: &'static str) {
+        self.limit_refusals
+            .get_or_create(&LimitLabel { limit })
+            .inc();
+    }
+
     /// Brings the backplane counters up to `traffic` (the backplane keeps the totals).
     pub fn record_backplane(&self, traffic: &switchyard_backplane::Traffic) {
         for (kind, total) in [

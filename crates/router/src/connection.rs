@@ -56,6 +56,18 @@ impl Connection {
         self.groups.lock().clone().unwrap_or_default()
     }
 
+    /// How many groups the connection is in.
+    pub fn group_count(&self) -> usize {
+        self.groups.lock().as_ref().map_or(0, Vec::len)
+    }
+
+    pub fn in_group(&self, group: &GroupName) -> bool {
+        self.groups
+            .lock()
+            .as_ref()
+            .is_some_and(|groups| groups.contains(group))
+    }
+
     /// Asks the connection to end: queued frames are still written, then a Close.
     pub fn close(&self, reason: CloseReason) {
         self.outbound.close(reason);

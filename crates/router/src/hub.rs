@@ -37,6 +37,26 @@ pub struct GroupMember {
     pub user: Option<UserId>,
 }
 
+/// What [`Hub::join_group`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GroupJoin {
+    /// The connection is in the group (it may have been already).
+    Joined,
+    /// The connection is not on this node, or it is leaving.
+    NotHere,
+    /// The connection is in its maximum of groups, given.
+    Full(usize),
+}
+
+/// Bounds on group memberships; 0 = unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupLimits {
+    /// Groups one connection may be in.
+    pub per_connection: usize,
+    /// User-group memberships one user may have in a hub (with or without ttl).
+    pub per_user: usize,
+}
+
 /// What [`Hub::admit`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Join {
@@ -59,11 +79,13 @@ pub struct Hub {
     json_count: AtomicUsize,
     messagepack_count: AtomicUsize,
     interest: Arc<dyn Interest>,
+    limits: GroupLimits,
 }
 
 impl Hub {
-    pub(crate) fn new(name: HubName, interest: Arc<dyn Interest>) -> Self {
+    pub(crate) fn new(name: HubName, interest: Arc<dyn Interest>, limits: GroupLimits) -> Self {
         Hub {
+            limits,
             name,
             connections: Sharded::new(),
             users: Sharded::new(),
@@ -236,21 +258,36 @@ impl Hub {
 
     // ---- groups ----
 
-    /// Adds a connection to a group. Returns false if the connection is not on this node.
+    /// Adds a connection to a group. Returns false if the connection is not on this node
+    /// (or, see [`Hub::join_group`], is in its maximum of groups).
     pub fn add_to_group(&self, id: &ConnectionId, group: &GroupName) -> bool {
+        self.join_group(id, group) == GroupJoin::Joined
+    }
+
+    /// Adds a connection to a group, within `GroupLimits::per_connection`.
+    pub fn join_group(&self, id: &ConnectionId, group: &GroupName) -> GroupJoin {
         match self.connection(id) {
             Some(connection) => self.join(&connection, group),
-            None => false,
+            None => GroupJoin::NotHere,
         }
     }
 
-    fn join(&self, connection: &Arc<Connection>, group: &GroupName) -> bool {
+    /// The limits this hub keeps.
+    pub fn group_limits(&self) -> GroupLimits {
+        self.limits
+    }
+
+    fn join(&self, connection: &Arc<Connection>, group: &GroupName) -> GroupJoin {
         let mut own = connection.groups.lock();
         let Some(own) = own.as_mut() else {
-            return false; // the connection is leaving
+            return GroupJoin::NotHere; // the connection is leaving
         };
         if own.contains(group) {
-            return true;
+            return GroupJoin::Joined;
+        }
+        let max = self.limits.per_connection;
+        if max != 0 && own.len() >= max {
+            return GroupJoin::Full(max);
         }
         own.push(group.clone());
         let mut shard = self.groups.shard(group).write();
@@ -262,7 +299,7 @@ impl Hub {
             self.interest
                 .changed(Channel::Group(self.name.clone(), group.clone()), true);
         }
-        true
+        GroupJoin::Joined
     }
 
     /// Removes a connection from a group. Returns false if the connection is not on this node.
@@ -350,16 +387,47 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// Whether one more membership of `user` in `group` is within
+    /// `GroupLimits::per_user` (`Err` gives the limit); always true for a group the user is
+    /// in already.
+    pub fn user_may_join(
+        &self,
+        user: &UserId,
+        group: &GroupName,
+        now: Instant,
+    ) -> Result<(), usize> {
+        let max = self.limits.per_user;
+        if max == 0 {
+            return Ok(());
+        }
+        let shard = self.user_groups.shard(user).read();
+        let Some(entry) = shard.get(user) else {
+            return Ok(());
+        };
+        let live = entry
+            .groups
+            .iter()
+            .filter(|(g, (expiry, _, _))| *expiry > now && *g != group)
+            .count();
+        if live >= max {
+            Err(max)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Adds a user to a group: its current connections join now, later ones on connect,
-    /// until the ttl passes. `ttl = Some(0)` adds only the current connections.
+    /// until the ttl passes. `ttl = Some(0)` adds only the current connections. Over
+    /// `GroupLimits::per_user` nothing changes and the limit is returned.
     pub fn user_join_group(
         &self,
         user: &UserId,
         group: &GroupName,
         ttl: Option<Duration>,
         now: Instant,
-    ) {
+    ) -> Result<(), usize> {
         if ttl != Some(Duration::ZERO) {
+            self.user_may_join(user, group, now)?;
             let mut shard = self.user_groups.shard(user).write();
             let entry = shard.entry(user.clone()).or_default();
             let order = entry.next_order;
@@ -386,8 +454,10 @@ impl Hub {
             }
         }
         for connection in self.user_connections(user) {
+            // A connection in its maximum of groups stays out of this one.
             self.join(&connection, group);
         }
+        Ok(())
     }
 
     /// Removes a user from one group, or from all groups when `group` is `None`.

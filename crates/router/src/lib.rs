@@ -22,7 +22,7 @@ mod hub;
 mod shard;
 
 pub use connection::{Batch, Connection, Outbound};
-pub use hub::{GroupMember, Hub, Join};
+pub use hub::{GroupJoin, GroupLimits, GroupMember, Hub, Join};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -62,6 +62,7 @@ type Touched = (HubName, UserId, Option<GroupName>);
 pub struct Router {
     hubs: RwLock<HashMap<HubName, Arc<Hub>>>,
     interest: Arc<dyn Interest>,
+    limits: GroupLimits,
     /// While this node copies the user-group table from others: the memberships changes
     /// touched since (`None` for a user's leave of every group), which the copy must not undo.
     copying: parking_lot::Mutex<Option<HashSet<Touched>>>,
@@ -69,9 +70,15 @@ pub struct Router {
 
 impl Router {
     pub fn new(interest: Arc<dyn Interest>) -> Self {
+        Router::with_limits(interest, GroupLimits::default())
+    }
+
+    /// A router whose hubs keep `limits` on group memberships.
+    pub fn with_limits(interest: Arc<dyn Interest>, limits: GroupLimits) -> Self {
         Router {
             hubs: RwLock::new(HashMap::new()),
             interest,
+            limits,
             copying: parking_lot::Mutex::new(None),
         }
     }
@@ -84,7 +91,7 @@ impl Router {
         self.hubs
             .write()
             .entry(name.clone())
-            .or_insert_with(|| Arc::new(Hub::new(name.clone(), self.interest.clone())))
+            .or_insert_with(|| Arc::new(Hub::new(name.clone(), self.interest.clone(), self.limits)))
             .clone()
     }
 
@@ -140,7 +147,10 @@ impl Router {
             } => {
                 self.touched(hub, user, Some(group));
                 // User-group memberships outlive connections, so the hub is created here.
-                self.hub(hub)
+                // The node that took the command checked the per-user limit; here it is only a
+                // backstop, and what it refuses was refused there too.
+                let _ = self
+                    .hub(hub)
                     .user_join_group(user, group, *ttl, Instant::now());
                 0
             }
@@ -178,7 +188,8 @@ impl Router {
         if let Question::UserJoinGroup { user, group, ttl } = question {
             self.touched(hub, user, Some(group));
             // The table outlives connections: the hub is created, as for the message.
-            self.hub(hub)
+            let _ = self
+                .hub(hub)
                 .user_join_group(user, group, *ttl, Instant::now());
             return Answer::Yes;
         }
@@ -189,7 +200,11 @@ impl Router {
             };
         };
         match question {
-            Question::AddToGroup { connection, group } => yes(hub.add_to_group(connection, group)),
+            Question::AddToGroup { connection, group } => match hub.join_group(connection, group) {
+                GroupJoin::Joined => Answer::Yes,
+                GroupJoin::NotHere => Answer::No,
+                GroupJoin::Full(max) => Answer::Full(max as u64),
+            },
             Question::RemoveFromGroup { connection, group } => {
                 let held = hub.connection_exists(connection);
                 match group {
@@ -278,7 +293,7 @@ impl Router {
         for entry in take {
             let hub = self.hub(&entry.hub);
             if !hub.records_user_group(&entry.user, &entry.group) {
-                hub.user_join_group(&entry.user, &entry.group, entry.ttl, now);
+                let _ = hub.user_join_group(&entry.user, &entry.group, entry.ttl, now);
             }
         }
     }

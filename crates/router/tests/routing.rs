@@ -802,7 +802,8 @@ fn a_connection_that_left_cannot_join_groups() {
     assert!(a.groups().is_empty());
     // A user-group join after it left does not reach it either.
     s.hub
-        .user_join_group(&uid("alice"), &group("g"), None, Instant::now());
+        .user_join_group(&uid("alice"), &group("g"), None, Instant::now())
+        .unwrap();
     assert!(!s.hub.group_exists(&group("g")));
     assert!(a.groups().is_empty());
 }
@@ -918,7 +919,8 @@ fn user_join_group_adds_current_and_later_connections() {
     let a1 = connect(&s.hub, "a1", Some("alice"));
     let b1 = connect(&s.hub, "b1", Some("bob"));
     s.hub
-        .user_join_group(&uid("alice"), &group("g"), None, Instant::now());
+        .user_join_group(&uid("alice"), &group("g"), None, Instant::now())
+        .unwrap();
     assert!(in_group(&a1, "g"));
     assert!(!in_group(&b1, "g"));
     assert!(s.hub.group_exists(&group("g")));
@@ -938,7 +940,8 @@ fn user_join_group_adds_current_and_later_connections() {
 
     // Joining twice changes nothing.
     s.hub
-        .user_join_group(&uid("alice"), &group("g"), None, Instant::now());
+        .user_join_group(&uid("alice"), &group("g"), None, Instant::now())
+        .unwrap();
     assert_eq!(member_ids(&s.hub, "g"), vec!["a1", "a2"]);
 }
 
@@ -952,8 +955,11 @@ fn user_group_ttl_expires_on_sweep() {
     let c1 = connect(&s.hub, "c1", Some("carol"));
     s.hub.add_to_group(&cid("d"), &group("g"));
     s.hub
-        .user_join_group(&uid("alice"), &group("g"), Some(ttl), t0);
-    s.hub.user_join_group(&uid("carol"), &group("g"), None, t0);
+        .user_join_group(&uid("alice"), &group("g"), Some(ttl), t0)
+        .unwrap();
+    s.hub
+        .user_join_group(&uid("carol"), &group("g"), None, t0)
+        .unwrap();
     let a2 = connect(&s.hub, "a2", Some("alice"));
     assert!(in_group(&a1, "g") && in_group(&a2, "g"));
     s.interest.take();
@@ -991,7 +997,8 @@ fn user_group_ttl_expiry_removes_the_group_when_it_empties() {
     let ttl = Duration::from_secs(60);
     connect(&s.hub, "a1", Some("alice"));
     s.hub
-        .user_join_group(&uid("alice"), &group("g"), Some(ttl), t0);
+        .user_join_group(&uid("alice"), &group("g"), Some(ttl), t0)
+        .unwrap();
     s.interest.take();
     s.router.sweep(t0 + ttl + Duration::from_secs(1));
     assert!(!s.hub.group_exists(&group("g")));
@@ -1011,12 +1018,14 @@ fn expired_but_unswept_membership_is_not_honoured() {
         return; // the clock is too close to its origin to build an instant in the past
     };
     let a1 = connect(&s.hub, "a1", Some("alice"));
-    s.hub.user_join_group(
-        &uid("alice"),
-        &group("g"),
-        Some(Duration::from_secs(1)),
-        past,
-    );
+    s.hub
+        .user_join_group(
+            &uid("alice"),
+            &group("g"),
+            Some(Duration::from_secs(1)),
+            past,
+        )
+        .unwrap();
     // Current connections join regardless; the record is already stale.
     assert!(in_group(&a1, "g"));
     let a2 = connect(&s.hub, "a2", Some("alice"));
@@ -1032,12 +1041,14 @@ fn expired_but_unswept_membership_is_not_honoured() {
 fn ttl_zero_adds_only_current_connections() {
     let s = setup();
     let a1 = connect(&s.hub, "a1", Some("alice"));
-    s.hub.user_join_group(
-        &uid("alice"),
-        &group("g"),
-        Some(Duration::ZERO),
-        Instant::now(),
-    );
+    s.hub
+        .user_join_group(
+            &uid("alice"),
+            &group("g"),
+            Some(Duration::ZERO),
+            Instant::now(),
+        )
+        .unwrap();
     assert!(in_group(&a1, "g"));
     let a2 = connect(&s.hub, "a2", Some("alice"));
     assert!(a2.groups().is_empty(), "ttl 0 records no membership");
@@ -1053,12 +1064,14 @@ fn ttl_zero_adds_only_current_connections() {
         .user_in_group(&uid("alice"), &group("g"), Instant::now()));
 
     // A user without connections: nothing happens at all.
-    s.hub.user_join_group(
-        &uid("nobody"),
-        &group("h"),
-        Some(Duration::ZERO),
-        Instant::now(),
-    );
+    s.hub
+        .user_join_group(
+            &uid("nobody"),
+            &group("h"),
+            Some(Duration::ZERO),
+            Instant::now(),
+        )
+        .unwrap();
     assert!(!s.hub.group_exists(&group("h")));
     assert!(!s
         .hub
@@ -1074,10 +1087,14 @@ fn user_leave_one_group() {
     let b1 = connect(&s.hub, "b1", Some("bob"));
     let now = Instant::now();
     s.hub
-        .user_join_group(&uid("alice"), &group("g1"), None, now);
+        .user_join_group(&uid("alice"), &group("g1"), None, now)
+        .unwrap();
     s.hub
-        .user_join_group(&uid("alice"), &group("g2"), None, now);
-    s.hub.user_join_group(&uid("bob"), &group("g1"), None, now);
+        .user_join_group(&uid("alice"), &group("g2"), None, now)
+        .unwrap();
+    s.hub
+        .user_join_group(&uid("bob"), &group("g1"), None, now)
+        .unwrap();
 
     s.hub.user_leave_group(&uid("alice"), Some(&group("g1")));
     assert_eq!(a1.groups(), vec![group("g2")]);
@@ -1113,17 +1130,23 @@ fn user_leave_all_groups() {
     let b1 = connect(&s.hub, "b1", Some("bob"));
     let now = Instant::now();
     s.hub
-        .user_join_group(&uid("alice"), &group("g1"), None, now);
-    s.hub.user_join_group(
-        &uid("alice"),
-        &group("g2"),
-        Some(Duration::from_secs(600)),
-        now,
-    );
+        .user_join_group(&uid("alice"), &group("g1"), None, now)
+        .unwrap();
     s.hub
-        .user_join_group(&uid("alice"), &group("g3"), Some(Duration::ZERO), now);
+        .user_join_group(
+            &uid("alice"),
+            &group("g2"),
+            Some(Duration::from_secs(600)),
+            now,
+        )
+        .unwrap();
+    s.hub
+        .user_join_group(&uid("alice"), &group("g3"), Some(Duration::ZERO), now)
+        .unwrap();
     s.hub.add_to_group(&cid("a1"), &group("g4"));
-    s.hub.user_join_group(&uid("bob"), &group("g1"), None, now);
+    s.hub
+        .user_join_group(&uid("bob"), &group("g1"), None, now)
+        .unwrap();
     assert_eq!(a1.groups().len(), 4);
 
     s.hub.user_leave_group(&uid("alice"), None);
@@ -1140,7 +1163,9 @@ fn user_leave_all_groups() {
     assert!(a2.groups().is_empty());
 
     // A user with records but no connections.
-    s.hub.user_join_group(&uid("zoe"), &group("z"), None, now);
+    s.hub
+        .user_join_group(&uid("zoe"), &group("z"), None, now)
+        .unwrap();
     assert!(s.hub.user_in_group(&uid("zoe"), &group("z"), now));
     s.hub.user_leave_group(&uid("zoe"), None);
     assert!(!s.hub.user_in_group(&uid("zoe"), &group("z"), now));
@@ -1153,18 +1178,22 @@ fn user_in_group_by_record_or_by_connection() {
     let s = setup();
     let t0 = Instant::now();
     // By record, without any connection.
-    s.hub.user_join_group(&uid("alice"), &group("g"), None, t0);
+    s.hub
+        .user_join_group(&uid("alice"), &group("g"), None, t0)
+        .unwrap();
     assert!(s.hub.user_in_group(&uid("alice"), &group("g"), t0));
     assert!(!s.hub.user_exists(&uid("alice")));
     assert!(!s.hub.group_exists(&group("g")));
 
     // By record, bounded by its ttl.
-    s.hub.user_join_group(
-        &uid("alice"),
-        &group("t"),
-        Some(Duration::from_secs(60)),
-        t0,
-    );
+    s.hub
+        .user_join_group(
+            &uid("alice"),
+            &group("t"),
+            Some(Duration::from_secs(60)),
+            t0,
+        )
+        .unwrap();
     assert!(s
         .hub
         .user_in_group(&uid("alice"), &group("t"), t0 + Duration::from_secs(59)));
@@ -1194,15 +1223,19 @@ fn ttl_less_memberships_are_capped_at_100_per_user() {
     let g = |i: usize| group(&format!("n{i:03}"));
     // Memberships with a ttl do not count against the cap.
     for i in 0..5 {
-        s.hub.user_join_group(
-            &uid("alice"),
-            &group(&format!("t{i}")),
-            Some(Duration::from_secs(3600)),
-            now,
-        );
+        s.hub
+            .user_join_group(
+                &uid("alice"),
+                &group(&format!("t{i}")),
+                Some(Duration::from_secs(3600)),
+                now,
+            )
+            .unwrap();
     }
     for i in 0..100 {
-        s.hub.user_join_group(&uid("alice"), &g(i), None, now);
+        s.hub
+            .user_join_group(&uid("alice"), &g(i), None, now)
+            .unwrap();
     }
     assert_eq!(a1.groups().len(), 105);
     for i in 0..100 {
@@ -1211,7 +1244,9 @@ fn ttl_less_memberships_are_capped_at_100_per_user() {
     s.interest.take();
 
     // The 101st evicts the oldest.
-    s.hub.user_join_group(&uid("alice"), &g(100), None, now);
+    s.hub
+        .user_join_group(&uid("alice"), &g(100), None, now)
+        .unwrap();
     assert!(!s.hub.user_in_group(&uid("alice"), &g(0), now));
     assert!(!in_group(&a1, "n000"));
     assert!(!s.hub.group_exists(&g(0)));
@@ -1227,8 +1262,12 @@ fn ttl_less_memberships_are_capped_at_100_per_user() {
     assert!(events.contains(&(Channel::Group(hub_name("chat"), g(100)), true)));
 
     // Joining again refreshes a membership: the next eviction takes n002, not n001.
-    s.hub.user_join_group(&uid("alice"), &g(1), None, now);
-    s.hub.user_join_group(&uid("alice"), &g(101), None, now);
+    s.hub
+        .user_join_group(&uid("alice"), &g(1), None, now)
+        .unwrap();
+    s.hub
+        .user_join_group(&uid("alice"), &g(101), None, now)
+        .unwrap();
     assert!(s.hub.user_in_group(&uid("alice"), &g(1), now));
     assert!(!s.hub.user_in_group(&uid("alice"), &g(2), now));
     assert!(!in_group(&a1, "n002"));
@@ -1241,7 +1280,9 @@ fn ttl_less_memberships_are_capped_at_100_per_user() {
 
     // Another user's cap is independent.
     connect(&s.hub, "b1", Some("bob"));
-    s.hub.user_join_group(&uid("bob"), &g(0), None, now);
+    s.hub
+        .user_join_group(&uid("bob"), &g(0), None, now)
+        .unwrap();
     assert!(s.hub.user_in_group(&uid("bob"), &g(0), now));
 }
 
@@ -1340,7 +1381,8 @@ fn interest_in_group_channels() {
     connect(&s.hub, "u1", Some("u"));
     s.interest.take();
     s.hub
-        .user_join_group(&uid("u"), &group("g"), None, Instant::now());
+        .user_join_group(&uid("u"), &group("g"), None, Instant::now())
+        .unwrap();
     assert_eq!(s.interest.take(), vec![(ch.clone(), true)]);
     s.hub.user_leave_group(&uid("u"), Some(&group("g")));
     assert_eq!(s.interest.take(), vec![(ch, false)]);
@@ -2005,7 +2047,7 @@ fn concurrent_membership_changes_and_broadcasts_leave_consistent_indices() {
                                 1 => Some(Duration::ZERO),
                                 _ => Some(Duration::from_secs(3600)),
                             };
-                            hub.user_join_group(u, g, ttl, Instant::now());
+                            hub.user_join_group(u, g, ttl, Instant::now()).unwrap();
                             let connected = live.iter().any(|c| c.user() == Some(u));
                             if ttl != Some(Duration::ZERO) || connected {
                                 assert!(hub.user_in_group(u, g, Instant::now()));
@@ -2198,7 +2240,8 @@ fn a_copied_listing_does_not_undo_changes_heard_during_the_copy() {
     for (user, group_name) in [("alice", "a"), ("alice", "b"), ("bob", "a"), ("carol", "c")] {
         source
             .hub(&hub_name)
-            .user_join_group(&uid(user), &group(group_name), None, Instant::now());
+            .user_join_group(&uid(user), &group(group_name), None, Instant::now())
+            .unwrap();
     }
     let listing = source.user_groups(None, 100);
     assert_eq!(listing.len(), 4);

@@ -284,6 +284,23 @@ pub struct Limits {
     /// no cap. Default 0.
     #[serde(with = "humantime_serde")]
     pub max_token_lifetime: Duration,
+    /// App-server connections this node holds, every hub together; 0 = unlimited. Over it the
+    /// connect answers 429 (the SDK retries). Default 10,000.
+    pub max_server_connections: usize,
+    /// App-server connections of one hub on this node; 0 = unlimited. Default 1,000.
+    pub max_server_connections_per_hub: usize,
+    /// Bytes of app servers' half-received messages held for their clients, node-wide (each
+    /// client's share is also bounded by `max_server_message_size`); a client whose tail would
+    /// pass it is closed. Default 256 MiB.
+    pub max_relay_buffered_bytes: usize,
+    /// Client invocations (client results) waiting for their answer, node-wide; over it the
+    /// app server gets an error completion at once. Default 100,000.
+    pub max_pending_invocations: usize,
+    /// Groups one connection may be in; 0 = unlimited. Over it a join is refused. Default 1,000.
+    pub max_groups_per_connection: usize,
+    /// User-group memberships one user may have in a hub, with or without ttl; 0 =
+    /// unlimited. Over it a join is refused. Default 1,000.
+    pub max_groups_per_user: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -426,6 +443,12 @@ impl Default for Limits {
             reserved_http_connections: 64,
             max_connections_per_address: 0,
             max_token_lifetime: Duration::ZERO,
+            max_server_connections: 10_000,
+            max_server_connections_per_hub: 1_000,
+            max_relay_buffered_bytes: 256 * 1024 * 1024,
+            max_pending_invocations: 100_000,
+            max_groups_per_connection: 1_000,
+            max_groups_per_user: 1_000,
         }
     }
 }
@@ -569,12 +592,21 @@ impl Config {
                 "limits.max_pending_bytes_per_server_connection",
                 limits.max_pending_bytes_per_server_connection,
             ),
+            (
+                "limits.max_relay_buffered_bytes",
+                limits.max_relay_buffered_bytes,
+            ),
         ] {
             if value < 1024 {
                 return Err(ConfigError::Invalid(format!(
                     "{name} must be at least 1024 bytes (got {value})"
                 )));
             }
+        }
+        if limits.max_pending_invocations == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_pending_invocations must be at least 1".into(),
+            ));
         }
         self.cors.validate()?;
         let t = &self.timeouts;

@@ -18,9 +18,6 @@ use super::{ServerConnection, Servers};
 
 /// How long a routed invocation is remembered (Azure's cache limit).
 const PENDING_LIMIT: Duration = Duration::from_secs(600);
-/// Routed invocations remembered at once; beyond it new ones fail at once instead of growing
-/// memory for ten minutes.
-const MAX_PENDING: usize = 100_000;
 
 struct Pending {
     hub: HubName,
@@ -31,21 +28,32 @@ struct Pending {
     created: Instant,
 }
 
-#[derive(Default)]
 pub(crate) struct Invocations {
     /// By hub and invocation id: an app server of one hub cannot complete (or overwrite) an
     /// invocation of another hub.
     pending: Mutex<HashMap<(HubName, String), Pending>>,
+    /// Routed invocations remembered at once (`limits.max_pending_invocations`); beyond it
+    /// new ones fail at once instead of growing memory for ten minutes.
+    max_pending: usize,
 }
 
 impl Invocations {
-    /// ClientInvocation from app server connection `from`.
+    pub(crate) fn new(max_pending: usize) -> Invocations {
+        Invocations {
+            pending: Mutex::default(),
+            max_pending,
+        }
+    }
+
+    /// ClientInvocation from app server connection `from`; `refused` counts one turned away
+    /// by the limit.
     pub(crate) fn invoke(
         &self,
         servers: &Servers,
         instance_id: &str,
         from: &Arc<ServerConnection>,
         call: ClientInvocation,
+        refused: impl FnOnce(),
     ) {
         // A client still waiting for its handshake response must not get hub messages yet.
         let client = ConnectionId::new(&call.connection_id)
@@ -66,13 +74,15 @@ impl Invocations {
         let caller_server_id: Arc<str> = Arc::from(call.caller_server_id.as_str());
         // `None`: the caller hosts the client and sees the answer itself.
         let router = router.filter(|r| r.server_id != caller_server_id);
-        if router.is_some() && self.pending.lock().len() >= MAX_PENDING {
+        if router.is_some() && self.pending.lock().len() >= self.max_pending {
+            refused();
             from.send(&ServiceMessage::ErrorCompletion(ErrorCompletion {
                 invocation_id: call.invocation_id,
                 connection_id: call.connection_id,
                 caller_server_id: call.caller_server_id,
                 error: format!(
-                    "Too many client invocations are pending on this service (limit {MAX_PENDING})."
+                    "Too many client invocations are pending on this service (limit {}, limits.max_pending_invocations).",
+                    self.max_pending
                 ),
                 ext: Extensions::default(),
             }));

@@ -16,6 +16,7 @@ use switchyard_service_protocol::{
 };
 
 use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
+use crate::budget::{ByteBudget, Charge};
 
 /// The SDK reads these headers of OpenConnection / CloseConnection.
 const MIGRATE_FROM: &str = "Asrs-Migrate-From";
@@ -169,6 +170,8 @@ pub(crate) struct DefaultLink {
     pub(crate) server: Option<Arc<ServerConnection>>,
     /// Bytes from the app server that do not yet form a whole message.
     relay: BytesMut,
+    /// `relay`'s share of the node's `limits.max_relay_buffered_bytes`, once it held any.
+    relay_charge: Option<Charge>,
     awaiting_handshake_response: bool,
     /// `asrs.s.sn`: the app server that issued the client's token.
     pub(crate) sticky_server: Option<String>,
@@ -201,6 +204,7 @@ impl DefaultLink {
             },
             server: None,
             relay: BytesMut::new(),
+            relay_charge: None,
             awaiting_handshake_response: false,
             flow_paused: false,
             sticky_server: token.claim("asrs.s.sn").map(str::to_string),
@@ -398,6 +402,22 @@ impl DefaultLink {
         };
     }
 
+    /// Brings the held tail's charge up to date; false if the node's budget cannot hold it,
+    /// and then the tail is dropped.
+    fn charge_relay(&mut self, budget: &Arc<ByteBudget>) -> bool {
+        let held = self.relay.len();
+        if held == 0 && self.relay_charge.is_none() {
+            return true;
+        }
+        let charge = self.relay_charge.get_or_insert_with(|| budget.charge());
+        if charge.resize(held) {
+            return true;
+        }
+        self.relay = BytesMut::new();
+        charge.resize(0);
+        false
+    }
+
     /// The client's handshake request went to the app server and no answer was relayed yet.
     pub(crate) fn awaiting_handshake_response(&self) -> bool {
         self.awaiting_handshake_response
@@ -428,7 +448,18 @@ impl DefaultMode {
     /// ConnectionData from an app server for one of its clients.
     pub(crate) fn relay(&self, client: &dyn LinkedClient, payload: Bytes) {
         let result = match client.link().lock().as_mut() {
-            Some(link) => link.relay(self.max_server_message_size, client, payload),
+            Some(link) => link
+                .relay(self.max_server_message_size, client, payload)
+                .and_then(|()| {
+                    if link.charge_relay(&self.relay_budget) {
+                        return Ok(());
+                    }
+                    self.metrics.refused("relay_buffer");
+                    Err(CloseReason::ProtocolError(format!(
+                        "the service holds its maximum of {} bytes of partial messages from app servers (limits.max_relay_buffered_bytes)",
+                        self.relay_budget.max()
+                    )))
+                }),
             None => Ok(()),
         };
         if let Err(reason) = result {
@@ -521,6 +552,7 @@ pub(crate) fn migrate(
         .push((MIGRATE_FROM.to_string(), vec![from.server_id.to_string()]));
     // Bytes the old server left half-written cannot be completed by the new one.
     link.relay = BytesMut::new();
+    link.relay_charge = None;
     link.awaiting_handshake_response = false;
     to.attach(client.clone());
     link.server = Some(to.clone());
@@ -630,7 +662,7 @@ mod tests {
     /// two connection tasks at once): the second must not pin the client a second time.
     #[test]
     fn a_stale_second_migration_leaves_the_client_on_one_connection() {
-        let default_mode = DefaultMode::new(&Config::default(), "n1".into());
+        let default_mode = DefaultMode::new(&Config::default(), "n1".into(), &Default::default());
         let hub = HubName::new("chat", None).unwrap();
         let register = |server_id| {
             ServerConnection::register_detached(
@@ -688,7 +720,7 @@ mod tests {
     /// pause once, and to resume once the transport wrote the backlog.
     #[test]
     fn a_backed_up_client_pauses_its_app_server_until_the_backlog_is_written() {
-        let default_mode = DefaultMode::new(&Config::default(), "n1".into());
+        let default_mode = DefaultMode::new(&Config::default(), "n1".into(), &Default::default());
         let hub = HubName::new("chat", None).unwrap();
         let server = ServerConnection::register_detached(&default_mode.servers, hub, "A", 1 << 20);
         let client = opened_client(&default_mode, &server, 1000);

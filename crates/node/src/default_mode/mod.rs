@@ -27,7 +27,9 @@ use switchyard_service_protocol::ClientInvocation;
 pub(crate) use link::{ConnectInfo, DefaultLink};
 pub(crate) use servers::{ConnectionKind, Forwarded, ServerConnection, Servers};
 
+use crate::budget::{ByteBudget, Full, Slot, Slots};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use invocations::Invocations;
 
 /// What Default mode needs of a client connection.
@@ -59,13 +61,28 @@ pub(crate) struct DefaultMode {
     targeted: Mutex<cluster::Targeted>,
     max_server_message_size: usize,
     max_pending_bytes_per_server_connection: usize,
+    /// App servers' half-received messages, node-wide (`limits.max_relay_buffered_bytes`).
+    relay_budget: Arc<ByteBudget>,
+    /// App-server connections, in all and per hub (`limits.max_server_connections*`).
+    server_slots: Arc<Slots<HubName>>,
+    metrics: Arc<Metrics>,
 }
 
 impl DefaultMode {
-    pub(crate) fn new(config: &Config, instance_id: String) -> DefaultMode {
+    pub(crate) fn new(config: &Config, instance_id: String, metrics: &Arc<Metrics>) -> DefaultMode {
+        let limits = &config.limits;
         DefaultMode {
             servers: Servers::default(),
-            invocations: Invocations::default(),
+            invocations: Invocations::new(limits.max_pending_invocations),
+            relay_budget: ByteBudget::new(
+                limits.max_relay_buffered_bytes,
+                metrics.relay_buffered_bytes.clone(),
+            ),
+            server_slots: Slots::new(
+                limits.max_server_connections,
+                limits.max_server_connections_per_hub,
+            ),
+            metrics: metrics.clone(),
             instance_id,
             targeted: Mutex::default(),
             max_server_message_size: config.limits.max_server_message_size,
@@ -73,6 +90,25 @@ impl DefaultMode {
                 .limits
                 .max_pending_bytes_per_server_connection,
         }
+    }
+
+    /// A place for one more app-server connection of `hub`, held until the returned guard
+    /// drops; `Err` says which limit is reached, in words for the app server.
+    pub(crate) fn take_server_slot(&self, hub: &HubName) -> Result<Slot<HubName>, String> {
+        self.server_slots.take(hub).map_err(|full| {
+            let (limit, text) = match full {
+                Full::All(max) => (
+                    "server_connections",
+                    format!("this node holds its maximum of {max} app-server connections (limits.max_server_connections)"),
+                ),
+                Full::Key(max) => (
+                    "server_connections_per_hub",
+                    format!("hub '{hub}' has its maximum of {max} app-server connections on this node (limits.max_server_connections_per_hub)"),
+                ),
+            };
+            self.metrics.refused(limit);
+            text
+        })
     }
 
     /// Outbound bytes one app-server connection may have queued.
@@ -83,7 +119,9 @@ impl DefaultMode {
     /// ClientInvocation from app-server connection `from`.
     pub(crate) fn invoke(&self, from: &Arc<ServerConnection>, call: ClientInvocation) {
         self.invocations
-            .invoke(&self.servers, &self.instance_id, from, call);
+            .invoke(&self.servers, &self.instance_id, from, call, || {
+                self.metrics.refused("pending_invocations")
+            });
     }
 
     /// ClientCompletion or ErrorCompletion from an app server.

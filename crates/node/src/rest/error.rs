@@ -39,6 +39,8 @@ pub(crate) enum RestError {
     MethodNotAllowed(Vec<&'static str>),
     /// The body did not arrive within `timeouts.request_body_timeout` (given).
     BodyTimeout(std::time::Duration),
+    /// A configured limit refused the request (the text names it).
+    LimitReached(String),
 }
 
 impl RestError {
@@ -53,12 +55,18 @@ impl RestError {
     /// Management SDK reads as an expected "no" (and the miss's own text). `change`: the
     /// request wanted to change something (a membership), not just to know.
     pub(crate) fn missing(missing: Missing, change: bool) -> Self {
+        if missing.is_limit() {
+            return RestError::LimitReached(missing.to_string());
+        }
         let code = match &missing {
             Missing::Connection(_) if change => codes::CONNECTION_NOT_EXISTED_ERROR,
             Missing::Connection(_) => codes::CONNECTION_NOT_EXISTED,
             Missing::User(_) => codes::USER_NOT_EXISTED,
             Missing::Group(_) => codes::GROUP_NOT_EXISTED,
             Missing::UserInGroup(..) => codes::USER_NOT_IN_GROUP,
+            Missing::ConnectionGroupsFull(..) | Missing::UserGroupsFull(..) => {
+                unreachable!("limits are answered above")
+            }
         };
         RestError::not_found(code, missing.to_string())
     }
@@ -78,6 +86,7 @@ impl RestError {
             RestError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             RestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            RestError::LimitReached(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -96,12 +105,14 @@ impl RestError {
             RestError::PayloadTooLarge(_) => "PayloadTooLarge",
             RestError::MethodNotAllowed(_) => "MethodNotAllowed",
             RestError::BodyTimeout(_) => "RequestTimeout",
+            RestError::LimitReached(_) => "LimitReached",
         }
     }
 
     fn message(&self) -> String {
         match self {
             RestError::BadRequest(message)
+            | RestError::LimitReached(message)
             | RestError::Unauthorized(message)
             | RestError::NotFound { message, .. } => message.clone(),
             RestError::PayloadTooLarge(limit) => {

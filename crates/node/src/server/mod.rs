@@ -13,7 +13,7 @@ mod session;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 
@@ -124,6 +124,19 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
         .filter(|c| !c.is_empty() && c.len() <= 128)
         .map(str::to_string)
         .unwrap_or_else(switchyard_auth::generate_connection_token);
+    // Counted from before the upgrade, so a flood of app-server sockets is refused while it
+    // is still cheap; the SDK retries a refused connect with backoff.
+    let slot = match app.default_mode.take_server_slot(&hub) {
+        Ok(slot) => slot,
+        Err(why) => {
+            tracing::warn!(hub = %hub, server = %server_id, "app server refused: {why}");
+            let mut response = text_error(StatusCode::TOO_MANY_REQUESTS, why);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return response;
+        }
+    };
     let upgrade = match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &app).await
     {
         Ok(upgrade) => upgrade,
@@ -134,5 +147,7 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
         .read_buffer_size(SERVER_READ_BUFFER)
         .max_message_size(max.saturating_mul(2))
         .max_frame_size(max.saturating_mul(2))
-        .on_upgrade(move |socket| session::run(app, socket, hub, server_id, cid, refusal, through))
+        .on_upgrade(move |socket| {
+            session::run(app, socket, hub, server_id, cid, refusal, through, slot)
+        })
 }

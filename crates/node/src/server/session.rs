@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::error::LinkError;
 use super::{commands, AppServers};
+use crate::budget::Slot;
 use crate::config::ServiceMode;
 use crate::default_mode::{ConnectionKind, ServerConnection};
 use crate::metrics::ReasonLabel;
@@ -34,6 +35,7 @@ enum Refusal {
     Gone,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
     app: Arc<AppServers>,
     socket: WebSocket,
@@ -42,6 +44,8 @@ pub(super) async fn run(
     cid: String,
     refusal: Option<String>,
     through: Option<Box<str>>,
+    // Held while the connection lives: its place under `limits.max_server_connections*`.
+    _slot: Slot<HubName>,
 ) {
     let span = tracing::info_span!("app_server", hub = %hub, server = %server_id, cid = %cid);
     serve_connection(app, socket, hub, server_id, cid, refusal, through)

@@ -13,6 +13,7 @@ mod auth;
 mod handshakes;
 mod invocations;
 mod lifecycle;
+mod limits;
 mod migration;
 mod order;
 mod pings;
@@ -36,9 +37,9 @@ use routing::members_page;
 
 use bytes::{Bytes, BytesMut};
 use common::{
-    connect_client, default_mode, dial, dial_url, eventually, handshake_request, header, now,
-    refused_status, sticky_token, within, AppServer, Http, Msg, RawClient as Client, TestServer,
-    NOT_FOUND, OK, WAIT,
+    connect_client, default_mode, dial, dial_url, eventually, eventually_async, handshake_request,
+    header, now, refused_status, sticky_token, within, AppServer, Http, Msg, RawClient as Client,
+    TestServer, NOT_FOUND, OK, WAIT,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;

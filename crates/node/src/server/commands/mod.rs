@@ -97,6 +97,10 @@ enum Refused {
 fn answer(connection: &ServerConnection, ack_id: i32, outcome: Result<(), Refused>) {
     let ack = match outcome {
         Ok(()) => Ack::new(ack_id, AckStatus::Ok, ""),
+        // A limit is not a "no": the SDK raises an error with the text.
+        Err(Refused::Missing(missing)) if missing.is_limit() => {
+            Ack::new(ack_id, AckStatus::InternalServerError, missing.to_string())
+        }
         Err(refused) => Ack::new(ack_id, AckStatus::NotFound, refused.to_string()),
     };
     connection.send(&ServiceMessage::Ack(ack));
