@@ -108,6 +108,14 @@ fn peek_msgpack(body: &[u8]) -> Result<Peek, DecodeError> {
 }
 
 fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
+    // Skipped values are not checked by serde_json, but ASP.NET's reader refuses invalid
+    // UTF-8 anywhere in a message, so it is refused here too before it is passed on.
+    if let Err(e) = std::str::from_utf8(body) {
+        return Err(DecodeError::Json(format!(
+            "invalid unicode: not UTF-8 at byte {}",
+            e.valid_up_to()
+        )));
+    }
     let json_error = |e: serde_json::Error| DecodeError::Json(e.to_string());
     let mut de = serde_json::Deserializer::from_slice(body);
     let top = Deserializer::deserialize_any(&mut de, ShapeVisitor { collect: true });
@@ -382,6 +390,23 @@ impl<'de> Visitor<'de> for ShapeVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_with_invalid_utf8_anywhere_is_refused() {
+        for body in [
+            &b"{\"type\":1,\"target\":\"t\",\"arguments\":[\"\xFF\"]}"[..],
+            b"{\"type\":6,\"unknown\":\"\xC3\x28\"}",
+            b"{\"type\":3,\"invocationId\":\"1\",\"result\":{\"k\":\"\xED\xA0\x80\"}}",
+        ] {
+            match peek(Format::Json, body) {
+                Err(DecodeError::Json(text)) => {
+                    assert!(text.starts_with("invalid unicode"), "{text}")
+                }
+                other => panic!("expected a JSON error, got {other:?}"),
+            }
+            assert!(crate::json::decode(body).is_err(), "decode refuses it too");
+        }
+    }
 
     /// Found by the `hub_frames_json` fuzz target: peek rejected a non-string
     /// `invocationId` on message types that have none, where `json::decode` ignores it.

@@ -603,6 +603,22 @@ async fn invalid_utf8_in_json_frames() {
     );
     only_the_offender_closed(&server, &mut bystander).await;
 
+    // Where the service itself does not read (arguments, properties it does not know), as
+    // ASP.NET's reader does: refused, not passed on to an app server or upstream.
+    for body in [
+        &b"{\"type\":1,\"target\":\"echo\",\"arguments\":[\"\xFF\"]}\x1e"[..],
+        b"{\"type\":6,\"extra\":\"\xC3\x28\"}\x1e",
+    ] {
+        let mut client = RawClient::ready(&server, HUB, Format::Json).await;
+        client.send_binary(body).await;
+        let error = client.close_error().await;
+        assert!(
+            error.starts_with(&protocol_error("Error reading JSON: invalid unicode")),
+            "{error}"
+        );
+        only_the_offender_closed(&server, &mut bystander).await;
+    }
+
     // Long polling: the POST is accepted, the poll then returns the Close message.
     let token = server.token(HUB, None);
     let negotiated = switchyard_client::negotiate(&server.client_url(HUB), &token, 1)
@@ -1079,32 +1095,42 @@ async fn rest_paths_and_names() {
     let long = "u".repeat(1025);
     let long_hub = format!("h{}", "a".repeat(128));
     let cases: Vec<(&str, String, u16, &str)> = vec![
-        // Literal dot segments are not resolved: no route has them.
+        // Dot segments, literal or encoded, are refused alike: never resolved.
         (
             "POST",
             "/api/hubs/chat/../chat/:send".into(),
-            404,
-            "no REST API route matches this path",
+            400,
+            "'.' or '..' segment",
         ),
         (
             "POST",
             "/api/../api/hubs/chat/:send".into(),
-            404,
-            "no REST API route matches this path",
+            400,
+            "'.' or '..' segment",
         ),
         (
             "GET",
             "/api/hubs/chat/groups/../../../../etc/passwd".into(),
-            404,
-            "no REST API route matches this path",
+            400,
+            "'.' or '..' segment",
         ),
-        // Encoded dots: a URL (and so a token audience) cannot name them.
-        ("POST", "/api/hubs/%2e%2e/:send".into(), 401, "audience"),
+        (
+            "POST",
+            "/api/hubs/%2e%2e/:send".into(),
+            400,
+            "'.' or '..' segment",
+        ),
         (
             "POST",
             "/api/hubs/chat/users/%2E%2E/:send".into(),
-            401,
-            "audience",
+            400,
+            "'.' or '..' segment",
+        ),
+        (
+            "POST",
+            "/api/hubs/chat/groups/%2e/:send".into(),
+            400,
+            "'.' or '..' segment",
         ),
         // Names that are not valid.
         (

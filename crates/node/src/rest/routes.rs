@@ -102,12 +102,20 @@ pub(crate) fn segments(path: &str) -> Result<Vec<String>, RestError> {
     let path = path.strip_suffix('/').unwrap_or(path);
     path.split('/')
         .map(|segment| {
-            percent_decode_str(segment)
+            let segment = percent_decode_str(segment)
                 .decode_utf8()
                 .map(|s| s.into_owned())
                 .map_err(|_| {
                     RestError::BadRequest("the path is not valid percent-encoded UTF-8".into())
-                })
+                })?;
+            // Refused whether written `..` or `%2e%2e`, so no spelling of a path reaches a
+            // different route (or a different answer) than another.
+            if segment == "." || segment == ".." {
+                return Err(RestError::BadRequest(
+                    "the path has a '.' or '..' segment (literal or percent-encoded), which the REST API does not resolve".into(),
+                ));
+            }
+            Ok(segment)
         })
         .collect()
 }
