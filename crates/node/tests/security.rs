@@ -646,3 +646,130 @@ async fn tokens_may_be_capped_in_lifetime() {
     );
     assert!(switchyard_client::negotiate(&aud, &short, 1).await.is_ok());
 }
+
+// ---------------------------------------------------------------------------------------
+// Identity: what each kind of token may do, every combination
+// ---------------------------------------------------------------------------------------
+
+/// A token is good for the one endpoint and hub its audience names: a client token, an
+/// app-server token and a REST token of hub `a` are each tried on every endpoint of hubs
+/// `a` and `b` (negotiate, the client WebSocket, `/server`, REST), in a node with a
+/// configured key, so a token signed with the development key is tried too. Only the
+/// diagonal is let in; everything else is 401.
+#[tokio::test]
+async fn every_token_works_only_where_its_audience_points() {
+    let server = TestServer::start_with(Config {
+        access_key: Some("a-configured-key-of-at-least-32-characters!".into()),
+        ..Config::default()
+    })
+    .await;
+    let key = server.key();
+    let host = server.addr;
+    let client_token = |hub: &str, key: &str| {
+        TokenBuilder::new(format!("http://{host}/client/?hub={hub}")).sign(key, now())
+    };
+    let server_token = |hub: &str, key: &str| {
+        TokenBuilder::new(format!("http://{}/server/?hub={hub}", host.ip()))
+            .claim("nameid", "s1")
+            .sign(key, now())
+    };
+    let rest_token = |hub: &str, key: &str| {
+        TokenBuilder::new(format!("http://{host}/api/v1/hubs/{hub}")).sign(key, now())
+    };
+    let development = switchyard_auth::EMULATOR_ACCESS_KEY;
+    let tokens = [
+        ("client token of a", client_token("a", &key), "client"),
+        ("app-server token of a", server_token("a", &key), "server"),
+        ("REST token of a", rest_token("a", &key), "rest"),
+        (
+            "client token, development key",
+            client_token("a", development),
+            "",
+        ),
+        (
+            "app-server token, development key",
+            server_token("a", development),
+            "",
+        ),
+        (
+            "REST token, development key",
+            rest_token("a", development),
+            "",
+        ),
+    ];
+    let http = reqwest::Client::new();
+    for (what, token, good_for) in &tokens {
+        for hub in ["a", "b"] {
+            let negotiate = http
+                .post(format!(
+                    "{}/client/negotiate?hub={hub}&negotiateVersion=1",
+                    server.http()
+                ))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            let websocket = {
+                let mut request =
+                    tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                        server.ws_url(hub, None),
+                    )
+                    .unwrap();
+                request
+                    .headers_mut()
+                    .insert("authorization", format!("Bearer {token}").parse().unwrap());
+                match tokio_tungstenite::connect_async(request).await {
+                    Ok(_) => 101,
+                    Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                        response.status().as_u16()
+                    }
+                    Err(other) => panic!("{what} on the client WebSocket: {other}"),
+                }
+            };
+            let app_server = match common::dial(&server, hub, Some(token), Some("s1")).await {
+                Ok(_) => 101,
+                Err(error) => common::refused_status(Err(error)),
+            };
+            let rest = http
+                .post(format!("{}/api/v1/hubs/{hub}", server.http()))
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body(r#"{"target":"m","arguments":[]}"#)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            let diagonal = hub == "a";
+            let expect = |kind: &str, ok: u16| {
+                if diagonal && *good_for == kind {
+                    ok
+                } else {
+                    401
+                }
+            };
+            assert_eq!(
+                negotiate,
+                expect("client", 200),
+                "{what}: negotiate of hub {hub}"
+            );
+            assert_eq!(
+                websocket,
+                expect("client", 101),
+                "{what}: client WebSocket of hub {hub}"
+            );
+            assert_eq!(
+                app_server,
+                expect("server", 101),
+                "{what}: /server of hub {hub}"
+            );
+            assert_eq!(
+                rest,
+                expect("rest", 202),
+                "{what}: REST broadcast to hub {hub}"
+            );
+        }
+    }
+}
