@@ -634,6 +634,58 @@ async fn a_slow_upstream_holds_up_only_its_own_client_in_order() {
     );
 }
 
+/// A client that invokes faster than its upstream answers is held back (its transport stops
+/// reading) instead of having invocations dropped: with room for only a handful in its
+/// queue, all 200 fire-and-forget calls reach the upstream, in order, and none is counted
+/// rejected; another client is served meanwhile.
+#[tokio::test]
+async fn a_client_faster_than_its_upstream_is_held_back_not_dropped() {
+    let mut upstream = Upstream::start().await;
+    let mut config = config(vec![upstream.template("*")], WAIT);
+    config.limits.max_pending_bytes_per_connection = 8 * 1024;
+    let server = TestServer::start_with(config).await;
+    let mut eager = Client::connect(&server, HUB, Kind::WebSockets, Format::Json).await;
+    let mut other = Client::connect(&server, HUB, Kind::WebSockets, Format::MessagePack).await;
+    let eager_id = eager.connection_id.clone();
+    upstream.expect(&eager_id, "connected").await;
+    const CALLS: i64 = 200;
+    let padding = "p".repeat(300);
+    for n in 0..CALLS {
+        eager
+            .send(&invocation(None, "hold", vec![json!(n), json!(padding)]))
+            .await;
+    }
+    // The upstream holds every call until released: the eager client's queue fills and its
+    // socket is no longer read, while the other client's calls are answered.
+    upstream.expect(&eager_id, "hold").await;
+    other
+        .send(&invocation(Some("o"), "add", vec![json!(2), json!(3)]))
+        .await;
+    assert_eq!(
+        other.completion("o").await,
+        CompletionResult::Value(json!(5))
+    );
+    upstream.release();
+    for n in 1..CALLS {
+        let seen = upstream.expect(&eager_id, "hold").await;
+        let HubMessage::Invocation { arguments, .. } = decode(Format::Json, &seen.body).unwrap()
+        else {
+            panic!("an invocation");
+        };
+        assert_eq!(arguments[0], json!(n), "in order, none missing");
+    }
+    let metrics = reqwest::get(format!("{}/metrics", server.http()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !metrics.contains("outcome=\"rejected\""),
+        "nothing was refused:\n{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn timeouts_and_unreachable_upstreams_answer_with_errors() {
     let upstream = Upstream::start().await;

@@ -92,8 +92,9 @@ pub(crate) struct ClientConnection {
     pending: AtomicBool,
     /// Counted among the connected clients (`Clients::admit`).
     admitted: AtomicBool,
-    /// Default mode: the app server's connection is congested; stop reading from the client
-    /// until it has room (see `room_for_sends`).
+    /// The app server's connection (Default mode) or the client's upstream queue
+    /// (serverless) is congested; stop reading from the client until it has room (see
+    /// `room_for_sends`).
     pub(crate) hold_reading: AtomicBool,
     /// Default mode: the app server was asked to pause sending to this client; the transport
     /// resumes it once it has written what was queued (see `backlog_written`).
@@ -138,9 +139,9 @@ impl ClientConnection {
             .serves_default_mode(hub.name(), &token)
             .then(|| DefaultLink::new(&token));
         let upstream = match (&link, &clients.upstream) {
-            (None, Some(upstream)) if upstream.serves_hub(hub.name().as_str()) => {
-                Some(ClientUpstream::new(&token))
-            }
+            (None, Some(upstream)) if upstream.serves_hub(hub.name().as_str()) => Some(
+                ClientUpstream::new(&token, config.limits.max_pending_bytes_per_connection),
+            ),
             _ => None,
         };
         let now = clients.now_ms();
@@ -265,6 +266,8 @@ impl ClientConnection {
             .and_then(|link| link.server().cloned());
         if let Some(server) = server {
             server.room().await;
+        } else if let Some(upstream) = &self.upstream {
+            upstream.room().await;
         }
         self.hold_reading.store(false, Ordering::Release);
     }

@@ -113,7 +113,15 @@ impl ClientConnection {
                 message_type::INVOCATION | message_type::STREAM_INVOCATION => {
                     match &clients.upstream {
                         Some(upstream) => {
-                            upstream.client_invoked(self, format, &message, frame.body_bytes())?
+                            if upstream.client_invoked(
+                                self,
+                                format,
+                                &message,
+                                frame.body_bytes(),
+                            )? {
+                                // Its transport stops reading until the upstream catches up.
+                                self.hold_reading.store(true, Ordering::Release);
+                            }
                         }
                         None => return Err(CloseReason::InvocationNotSupported),
                     }
@@ -459,14 +467,15 @@ pub(super) async fn send(
         }
         Err(_) => return text_error(StatusCode::BAD_REQUEST, "failed to read the request body"),
     };
-    // An app server that does not keep up holds the client's sends back, not the other way.
+    // An app server or upstream that does not keep up holds the client's sends back, not the
+    // other way.
     if tokio::time::timeout(waited, client.room_for_sends())
         .await
         .is_err()
     {
         return text_error(
             StatusCode::SERVICE_UNAVAILABLE,
-            "the app server is not taking this connection's messages; try again later",
+            "the app server or upstream is not taking this connection's messages; try again later",
         );
     }
     // One send at a time per connection, like ASP.NET, so bytes stay in order.

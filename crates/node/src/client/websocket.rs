@@ -252,7 +252,7 @@ fn run<'a>(
                 .hold_reading
                 .load(std::sync::atomic::Ordering::Acquire)
             {
-                // Boxed: only a client whose app server is congested pays for this path.
+                // Boxed: only a client whose app server or upstream is congested pays for this path.
                 match Box::pin(hold(clients, client, socket, &mut batch, ping_due.as_mut())).await {
                     Held::Resume => {}
                     Held::Close(reason) => break reason,
@@ -407,9 +407,9 @@ enum Held {
     Look,
 }
 
-/// Default mode, the app server's connection congested by what this client sent: reading
-/// stops (TCP pushes back on the client) until there is room, while the client still gets
-/// its messages and pings.
+/// The app server's connection (Default mode) or the client's upstream queue (serverless)
+/// congested by what this client sent: reading stops (TCP pushes back on the client) until
+/// there is room, while the client still gets its messages and pings.
 async fn hold(
     clients: &Clients,
     client: &Arc<ClientConnection>,

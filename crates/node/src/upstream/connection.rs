@@ -11,6 +11,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use switchyard_auth::VerifiedToken;
 use switchyard_hub_protocol::Format;
+use tokio::sync::Notify;
 
 /// Query parameters never passed on: the credential and the connection token (a secret
 /// that lets its holder read the connection; the upstream gets the connection id anyway).
@@ -100,10 +101,17 @@ pub(crate) struct ClientUpstream {
     /// From the first transport request: the hub as the client wrote it, and the query.
     connect: OnceLock<(Box<str>, Box<str>)>,
     queue: Mutex<Queue>,
+    /// Past these many queued bytes the client's transport stops reading until the queue
+    /// drains below them (half the connection's budget): a client that invokes faster than
+    /// its upstream answers is held back rather than having invocations dropped.
+    hold_above: usize,
+    /// Woken as the queue drains, for a transport that is held back.
+    drained: Notify,
 }
 
 impl ClientUpstream {
-    pub(crate) fn new(token: &VerifiedToken) -> Box<ClientUpstream> {
+    /// `budget`: bytes of events the connection may have waiting.
+    pub(crate) fn new(token: &VerifiedToken, budget: usize) -> Box<ClientUpstream> {
         let claims = token
             .claims
             .iter()
@@ -114,6 +122,8 @@ impl ClientUpstream {
             claims: claims.into_boxed_str(),
             connect: OnceLock::new(),
             queue: Mutex::new(Queue::default()),
+            hold_above: budget / 2,
+            drained: Notify::new(),
         })
     }
 
@@ -185,6 +195,8 @@ impl ClientUpstream {
             .events
             .retain(|queued| !matches!(queued.event, Event::Invocation { .. }));
         queue.bytes = queue.events.iter().map(Queued::size).sum();
+        drop(queue);
+        self.drained.notify_waiters();
         was_open
     }
 
@@ -215,7 +227,7 @@ impl ClientUpstream {
     /// The next event to send; `None` ends the draining task (and frees the queue's memory).
     pub(crate) fn next(&self) -> Option<Queued> {
         let mut queue = self.queue.lock();
-        match queue.events.pop_front() {
+        let next = match queue.events.pop_front() {
             Some(queued) => {
                 queue.bytes -= queued.size();
                 Some(queued)
@@ -225,6 +237,32 @@ impl ClientUpstream {
                 queue.events = VecDeque::new();
                 None
             }
+        };
+        let room = queue.bytes <= self.hold_above;
+        drop(queue);
+        if room {
+            self.drained.notify_waiters();
+        }
+        next
+    }
+
+    /// Whether the client's transport should stop reading: its queue is past half the budget.
+    pub(crate) fn congested(&self) -> bool {
+        let queue = self.queue.lock();
+        queue.bytes > self.hold_above && !queue.closed
+    }
+
+    /// Returns once the queue has drained below half the budget (or the connection ended).
+    pub(crate) async fn room(&self) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the look, so a drain between the two is not missed.
+            drained.as_mut().enable();
+            if !self.congested() {
+                return;
+            }
+            drained.await;
         }
     }
 
@@ -234,6 +272,8 @@ impl ClientUpstream {
         queue.running = false;
         queue.events = VecDeque::new();
         queue.bytes = 0;
+        drop(queue);
+        self.drained.notify_waiters();
     }
 }
 
@@ -242,14 +282,17 @@ mod tests {
     use super::*;
 
     fn client() -> Box<ClientUpstream> {
-        ClientUpstream::new(&VerifiedToken {
-            claims: vec![
-                ("asrs.s.uid".into(), "alice".into()),
-                ("role".into(), "admin".into()),
-            ],
-            expires_at: 0,
-            audiences: vec![],
-        })
+        ClientUpstream::new(
+            &VerifiedToken {
+                claims: vec![
+                    ("asrs.s.uid".into(), "alice".into()),
+                    ("role".into(), "admin".into()),
+                ],
+                expires_at: 0,
+                audiences: vec![],
+            },
+            1000,
+        )
     }
 
     fn invocation(size: usize) -> Queued {

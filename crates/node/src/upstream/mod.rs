@@ -290,14 +290,15 @@ impl Upstream {
     }
 
     /// A serverless client invoked a hub method. Err: no template takes it, so the client is
-    /// closed (as Azure does without an upstream).
+    /// closed (as Azure does without an upstream). `Ok(true)`: the client's queue is past half
+    /// its budget, and its transport should stop reading until it drains.
     pub(crate) fn client_invoked<C: UpstreamClient>(
         self: &Arc<Self>,
         client: &Arc<C>,
         format: Format,
         message: &Peek,
         body: Bytes,
-    ) -> Result<(), CloseReason> {
+    ) -> Result<bool, CloseReason> {
         let Some(state) = client.upstream() else {
             return Err(CloseReason::InvocationNotSupported);
         };
@@ -314,7 +315,7 @@ impl Upstream {
                     .outbound()
                     .push(reply::refused(format, id, text));
             }
-            return Ok(());
+            return Ok(false);
         }
         let url = template.url(hub, MESSAGES, target);
         let event = Event::Invocation {
@@ -324,7 +325,7 @@ impl Upstream {
             format,
         };
         self.enqueue(client, state, Queued { url, event }, false);
-        Ok(())
+        Ok(state.congested())
     }
 
     /// A client ended: `disconnected`, if the upstream was told it connected.
