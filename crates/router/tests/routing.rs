@@ -14,7 +14,9 @@ use switchyard_core::{
     Channel, CloseReason, ConnectionId, GroupName, HubName, Message, Payloads, Protocol, Target,
     UserId,
 };
-use switchyard_router::{Batch, Connection, GroupMember, Hub, Interest, Outbound, Router};
+use switchyard_router::{
+    Batch, Connection, GroupJoin, GroupLimits, GroupMember, Hub, Interest, Outbound, Router,
+};
 
 const BUDGET: usize = 1 << 20;
 
@@ -2300,4 +2302,49 @@ fn a_ttl_beyond_reason_is_capped_not_a_panic() {
     assert!(router
         .hub(&hub_name)
         .user_in_group(&uid("alice"), &group("g"), Instant::now()));
+}
+
+#[test]
+fn group_limits_refuse_joins_past_them_and_expired_memberships_do_not_count() {
+    let router = Router::with_limits(
+        Arc::new(Recorder::default()),
+        GroupLimits {
+            per_connection: 2,
+            per_user: 2,
+        },
+    );
+    let hub = router.hub(&hub_name("chat"));
+    let a = connect(&hub, "a", Some("alice"));
+    assert_eq!(hub.join_group(a.id(), &group("g1")), GroupJoin::Joined);
+    assert_eq!(hub.join_group(a.id(), &group("g2")), GroupJoin::Joined);
+    assert_eq!(hub.join_group(a.id(), &group("g3")), GroupJoin::Full(2));
+    assert_eq!(
+        hub.join_group(a.id(), &group("g1")),
+        GroupJoin::Joined,
+        "already in it"
+    );
+    assert_eq!(
+        hub.join_group(&cid("nobody"), &group("g1")),
+        GroupJoin::NotHere
+    );
+    assert!(!hub.group_exists(&group("g3")));
+    assert!(hub.remove_from_group(a.id(), &group("g1")));
+    assert_eq!(hub.join_group(a.id(), &group("g3")), GroupJoin::Joined);
+
+    let t0 = Instant::now();
+    let bob = uid("bob");
+    hub.user_join_group(&bob, &group("u1"), Some(Duration::from_secs(1)), t0)
+        .unwrap();
+    hub.user_join_group(&bob, &group("u2"), None, t0).unwrap();
+    assert_eq!(hub.user_join_group(&bob, &group("u3"), None, t0), Err(2));
+    assert!(!hub.user_in_group(&bob, &group("u3"), t0));
+    hub.user_join_group(&bob, &group("u2"), Some(Duration::from_secs(60)), t0)
+        .unwrap();
+    // Once u1's ttl has passed it no longer counts, swept or not.
+    let later = t0 + Duration::from_secs(2);
+    hub.user_join_group(&bob, &group("u3"), None, later)
+        .unwrap();
+    // ttl 0 adds only the user's current connections and records nothing: no limit.
+    hub.user_join_group(&bob, &group("u4"), Some(Duration::ZERO), later)
+        .unwrap();
 }
