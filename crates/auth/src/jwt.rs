@@ -22,7 +22,7 @@ use jsonwebtoken::errors::{Error as JwtError, ErrorKind as JwtErrorKind};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::{Map, Value};
 
-use crate::keys::AccessKeys;
+use crate::keys::{AccessKeys, SigningKey};
 
 /// Longest token [`verify_token`] accepts, in bytes (8 KiB). The SDKs refuse
 /// to issue tokens over [`SDK_MAX_TOKEN_LEN`]; we allow headroom for other
@@ -423,6 +423,8 @@ pub struct VerifiedToken {
     pub expires_at: i64,
     /// `aud` values (a string `aud` gives one entry).
     pub audiences: Vec<String>,
+    /// The key whose signature matched (REST calls are throttled per key).
+    pub signed_with: SigningKey,
 }
 
 impl VerifiedToken {
@@ -562,7 +564,8 @@ pub fn verify_token_ignoring_audience(
     }
 
     let mut decoded = None;
-    for key in keys.all() {
+    let mut signed_with = SigningKey::Primary;
+    for (index, key) in keys.all().enumerate() {
         match jsonwebtoken::decode::<Value>(
             token,
             &DecodingKey::from_secret(key.as_bytes()),
@@ -570,6 +573,10 @@ pub fn verify_token_ignoring_audience(
         ) {
             Ok(data) => {
                 decoded = Some(data.claims);
+                // `all` skips an empty primary, so then the only key is the secondary.
+                if index > 0 || keys.primary().is_empty() {
+                    signed_with = SigningKey::Secondary;
+                }
                 break;
             }
             Err(e) if matches!(e.kind(), JwtErrorKind::InvalidSignature) => {}
@@ -634,6 +641,7 @@ pub fn verify_token_ignoring_audience(
         claims,
         expires_at,
         audiences,
+        signed_with,
     })
 }
 

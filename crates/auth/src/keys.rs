@@ -70,6 +70,14 @@ impl fmt::Debug for AccessKeys {
     }
 }
 
+/// Which of the [`AccessKeys`] a token's signature matched.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SigningKey {
+    #[default]
+    Primary,
+    Secondary,
+}
+
 /// A fresh, unguessable connection token: 16 random bytes from a CSPRNG,
 /// base64url without padding (22 characters).
 pub fn generate_connection_token() -> String {

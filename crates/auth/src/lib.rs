@@ -35,5 +35,5 @@ pub use jwt::{
     DEFAULT_TOKEN_LIFETIME, EXPIRY_LEEWAY_SECS, MAX_TOKEN_LEN, NOT_BEFORE_LEEWAY_SECS,
     SDK_MAX_TOKEN_LEN,
 };
-pub use keys::{generate_connection_token, AccessKeys, EMULATOR_ACCESS_KEY};
+pub use keys::{generate_connection_token, AccessKeys, SigningKey, EMULATOR_ACCESS_KEY};
 pub use upstream::{upstream_signature, verify_upstream_signature, SIGNATURE_HEADER};

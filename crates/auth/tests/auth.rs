@@ -145,7 +145,11 @@ fn round_trip_preserves_claim_order_and_arrays() {
 fn rotation_secondary_key_verifies() {
     let token = issue_token(KEY2, AUD, &[], Duration::from_secs(60), NOW);
     let both = AccessKeys::new(EMULATOR_ACCESS_KEY.into(), Some(KEY2.into()));
-    assert!(verify_token(&token, &both, NOW, any_aud).is_ok());
+    let verified = verify_token(&token, &both, NOW, any_aud).unwrap();
+    assert_eq!(verified.signed_with, SigningKey::Secondary);
+    let by_primary = issue_token(EMULATOR_ACCESS_KEY, AUD, &[], Duration::from_secs(60), NOW);
+    let verified = verify_token(&by_primary, &both, NOW, any_aud).unwrap();
+    assert_eq!(verified.signed_with, SigningKey::Primary);
     let primary_only = emulator_keys();
     assert_eq!(
         verify_token(&token, &primary_only, NOW, any_aud),

@@ -202,6 +202,7 @@ impl ClientSession {
                 .unwrap_or_default(),
             expires_at: i64::MAX,
             audiences: Vec::new(),
+            signed_with: Default::default(),
         };
         let clients = node.clients();
         let client = create_client(clients, &hub, token, false, None).map_err(|e| e.message)?;

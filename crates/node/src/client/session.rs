@@ -509,6 +509,7 @@ mod tests {
             claims: Vec::new(),
             expires_at: i64::MAX,
             audiences: Vec::new(),
+            signed_with: Default::default(),
         };
         let clients = node.clients();
         let client = create_client(clients, &hub, token, false, None).unwrap();

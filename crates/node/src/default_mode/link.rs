@@ -629,6 +629,7 @@ mod tests {
             claims: Vec::new(),
             expires_at: i64::MAX,
             audiences: Vec::new(),
+            signed_with: Default::default(),
         };
         let client = Arc::new(TestClient {
             connection: Arc::new(Connection::new(

@@ -290,6 +290,7 @@ mod tests {
                 ],
                 expires_at: 0,
                 audiences: vec![],
+                signed_with: Default::default(),
             },
             1000,
         )
