@@ -28,6 +28,7 @@ use crate::config::ValidConfig;
 use crate::http::Auth;
 use crate::members::Members;
 use crate::metrics::Metrics;
+use crate::throttle::Throttle;
 
 /// Takes a client invocation another node passed on (see [`Question::Invoke`]); implemented
 /// by Default mode, which the executor does not know.
@@ -51,6 +52,7 @@ pub struct Executor {
     internal_url: Arc<OnceLock<String>>,
     members: Arc<Members>,
     invocations: InvocationsSlot,
+    throttle: Throttle,
 }
 
 /// Subscribes this node to a channel while it has a local member.
@@ -225,6 +227,7 @@ impl Executor {
         );
         Executor {
             auth: Auth::new(keys, &config),
+            throttle: Throttle::new(&config.throttling),
             config,
             node_id,
             router,
@@ -289,6 +292,11 @@ impl Executor {
     /// Token checks against this service's keys, origins and token lifetime cap.
     pub(crate) fn auth(&self) -> &Auth {
         &self.auth
+    }
+
+    /// Connect and REST rates, negotiates and handshakes in progress.
+    pub(crate) fn throttle(&self) -> &Throttle {
+        &self.throttle
     }
 
     pub fn node_id(&self) -> &NodeId {

@@ -58,6 +58,8 @@ pub(crate) fn text_error(status: StatusCode, message: impl Into<String>) -> Resp
 pub(crate) struct TextError {
     pub(crate) status: StatusCode,
     pub(crate) message: String,
+    /// `Retry-After`, in seconds.
+    pub(crate) retry_after_secs: Option<u64>,
 }
 
 impl TextError {
@@ -65,13 +67,38 @@ impl TextError {
         TextError {
             status,
             message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// A throttling refusal: 429 for a rate, 503 for work in progress, with `Retry-After`
+    /// (SignalR clients do not read it, but proxies and people do).
+    pub(crate) fn throttled(refusal: crate::throttle::Refusal) -> Self {
+        let status = match refusal.why.is_rate() {
+            true => StatusCode::TOO_MANY_REQUESTS,
+            false => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        TextError {
+            status,
+            message: format!(
+                "{}; retry after {} s",
+                refusal.why.message(),
+                refusal.retry_after_secs
+            ),
+            retry_after_secs: Some(refusal.retry_after_secs),
         }
     }
 }
 
 impl IntoResponse for TextError {
     fn into_response(self) -> Response {
-        text_error(self.status, self.message)
+        let mut response = text_error(self.status, self.message);
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        response
     }
 }
 

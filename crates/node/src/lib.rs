@@ -4,8 +4,8 @@
 //! Modules are layered; each uses only those in lower layers (checked by
 //! `scripts/module-cycles.py`):
 //! 0. leaves: [`config`] (settings, validated once), [`metrics`], `budget` (node-wide
-//!    allowances given back by guards), `http` (query parsing,
-//!    token checks against the keys), `cors`.
+//!    allowances given back by guards), `http` (query parsing, token checks against the
+//!    keys), `cors`, `throttle` (rates and work-in-progress bounds).
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
 //!    miss), `asks` (questions to other nodes, waiting for their answers), `members` (which
 //!    nodes are alive, from their heartbeats), [`executor`] (applies commands through the
@@ -41,6 +41,7 @@ mod members;
 pub mod metrics;
 mod rest;
 mod server;
+mod throttle;
 mod upstream;
 
 pub use command::{Check, Command, Missing};
@@ -176,6 +177,7 @@ impl Node {
         loop {
             tick.tick().await;
             self.clients.check_timers();
+            self.executor.throttle().sweep();
             let now = Instant::now();
             self.executor.sweep(now);
             self.app_servers.default_mode.sweep(now);

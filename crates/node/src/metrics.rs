@@ -86,6 +86,10 @@ pub struct Metrics {
     pub stateful_reconnects: Family<KindLabel, Counter>,
     /// Bytes kept for replay to stateful-reconnect clients, not yet acknowledged by them.
     pub stateful_buffered_bytes: Gauge,
+    /// Requests refused by the `[throttling]` settings, by kind: `connect_node`,
+    /// `connect_address`, `rest` (rates, 429), `negotiations`, `handshakes` (work in
+    /// progress, 503).
+    pub throttled: Family<KindLabel, Counter>,
     /// What a limit in `[limits]` refused, by limit: `server_connections`,
     /// `server_connections_per_hub`, `relay_buffer`, `pending_invocations`,
     /// `groups_per_connection`, `groups_per_user`.
@@ -251,8 +255,15 @@ impl Default for Metrics {
             "Cluster pings sent to app servers, by kind (target, offline)",
             cluster_server_pings.clone(),
         );
+        let throttled = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "throttled",
+            "Requests refused by the throttling settings, by kind (connect_node, connect_address, rest, negotiations, handshakes)",
+            throttled.clone(),
+        );
         Metrics {
             registry,
+            throttled,
             backplane_messages,
             server_connections_passed_on,
             cluster_nodes,

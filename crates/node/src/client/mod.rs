@@ -92,6 +92,8 @@ pub(crate) struct ClientConnection {
     pending: AtomicBool,
     /// Counted among the connected clients (`Clients::admit`).
     admitted: AtomicBool,
+    /// Counted among the connections waiting for their handshake (`Clients::admit`).
+    handshaking: AtomicBool,
     /// The app server's connection (Default mode) or the client's upstream queue
     /// (serverless) is congested; stop reading from the client until it has room (see
     /// `room_for_sends`).
@@ -168,6 +170,7 @@ impl ClientConnection {
             finished: AtomicBool::new(false),
             pending: AtomicBool::new(true),
             admitted: AtomicBool::new(false),
+            handshaking: AtomicBool::new(false),
             hold_reading: AtomicBool::new(false),
             flow_paused: AtomicBool::new(false),
             inbound: Mutex::new(Inbound::new()),
@@ -221,7 +224,7 @@ impl ClientConnection {
             ));
         }
         if !self.admitted.load(Ordering::Acquire) {
-            clients.admit(self).map_err(Refusal::into_error)?;
+            clients.admit(self)?;
             self.admitted.store(true, Ordering::Release);
         }
         let mut first = false;
@@ -471,6 +474,22 @@ pub(crate) fn create_client(
         .insert(client.clone())
         .map_err(Refusal::into_error)?;
     Ok(client)
+}
+
+/// The connect rates (`throttling.connect_rate*`) for a new connection: negotiate, or a
+/// WebSocket that skips it. The source is the client's address after `trusted_proxies`; a
+/// trusted proxy that names nobody behind it is not throttled as one client.
+pub(crate) fn throttle_connect(
+    clients: &Clients,
+    request: &axum::http::request::Parts,
+) -> Result<(), TextError> {
+    let config = clients.config();
+    let source = crate::http::client_ip(request, config).filter(|ip| !config.is_trusted_proxy(*ip));
+    clients
+        .executor
+        .throttle()
+        .connect(source, clients.metrics())
+        .map_err(TextError::throttled)
 }
 
 pub(crate) fn routes() -> axum::Router<Arc<Clients>> {

@@ -10,19 +10,27 @@ use serde_json::json;
 use switchyard_auth::VerifiedToken;
 use switchyard_core::HubName;
 
-use super::{authorize_client, create_client, Clients, Transport};
-use crate::http::{client_ip, text_error, Query};
+use super::{authorize_client, create_client, throttle_connect, Clients, Transport};
+use crate::http::{client_ip, text_error, Query, TextError};
 
 pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     if parts.method != Method::POST {
         return text_error(StatusCode::METHOD_NOT_ALLOWED, "negotiate requires POST");
     }
+    let _negotiating = match clients.executor.throttle().negotiate(clients.metrics()) {
+        Ok(negotiating) => negotiating,
+        Err(refusal) => return TextError::throttled(refusal).into_response(),
+    };
     let query = Query::parse(&parts.uri);
     let (hub, token) = match authorize_client(&clients, &parts, &query) {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
+    // After the token check, so that requests nobody signed cannot spend the allowance.
+    if let Err(error) = throttle_connect(&clients, &parts) {
+        return error.into_response();
+    }
     let version = match query.get("negotiateVersion") {
         None => 0,
         Some(text) => match text.parse::<i32>() {

@@ -236,8 +236,9 @@ impl Clients {
         }
     }
 
-    /// A transport starts on a connection: it counts as connected if there is room.
-    pub(crate) fn admit(&self, client: &ClientConnection) -> Result<(), Refusal> {
+    /// A transport starts on a connection: it counts as connected if there is room, and as
+    /// waiting for its handshake if there is room for that (`throttling.max_handshakes_in_progress`).
+    pub(crate) fn admit(&self, client: &ClientConnection) -> Result<(), TextError> {
         let limit = self.config().limits.max_client_connections;
         let admitted = self
             .connected
@@ -246,10 +247,24 @@ impl Clients {
             })
             .is_ok();
         if !admitted {
-            return Err(Refusal::Full);
+            return Err(Refusal::Full.into_error());
         }
+        let throttle = self.executor.throttle();
+        if let Err(refusal) = throttle.handshake_begins(self.metrics()) {
+            self.connected.fetch_sub(1, Ordering::AcqRel);
+            return Err(TextError::throttled(refusal));
+        }
+        client.handshaking.store(true, Ordering::Release);
         self.release_pending(client);
         Ok(())
+    }
+
+    /// The client's handshake request arrived (or the connection ended before it): it no
+    /// longer counts as waiting for one. Once.
+    pub(crate) fn handshake_arrived(&self, client: &ClientConnection) {
+        if client.handshaking.swap(false, Ordering::AcqRel) {
+            self.executor.throttle().handshake_ended();
+        }
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Arc<ClientConnection>> {
@@ -288,6 +303,7 @@ impl Clients {
         }
         self.table.write().remove(&*client.key);
         self.release_pending(client);
+        self.handshake_arrived(client);
         if client.admitted() {
             self.connected.fetch_sub(1, Ordering::AcqRel);
         }

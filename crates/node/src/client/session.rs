@@ -79,6 +79,7 @@ impl ClientConnection {
             }
             match self.handshake(clients, &mut inbound.buffer)? {
                 Some((splitter, forward)) => {
+                    clients.handshake_arrived(self);
                     inbound.splitter = Some(splitter);
                     inbound.forward = forward;
                     if let (false, Some(upstream)) = (forward, &clients.upstream) {

@@ -46,14 +46,17 @@ pub(super) fn connect(
             Some(client) => client,
             None => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
         },
-        // No negotiate: skip-negotiation clients and Python clients after a redirect.
-        None => match create_client(
-            &clients,
-            &hub,
-            token,
-            false,
-            client_ip(request, clients.config()),
-        ) {
+        // No negotiate: skip-negotiation clients and Python clients after a redirect. This
+        // is the connection's first request, so the connect rates apply here.
+        None => match super::throttle_connect(&clients, request).and_then(|()| {
+            create_client(
+                &clients,
+                &hub,
+                token,
+                false,
+                client_ip(request, clients.config()),
+            )
+        }) {
             Ok(client) => client,
             Err(error) => return error.into_response(),
         },

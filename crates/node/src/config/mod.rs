@@ -53,6 +53,95 @@ pub struct Config {
     /// Clients that drop their WebSocket come back to the same connection. See
     /// [`StatefulReconnect`].
     pub stateful_reconnect: StatefulReconnect,
+    /// How fast clients may connect and REST callers call, and how many negotiates and
+    /// client handshakes may be in progress. See [`Throttling`].
+    pub throttling: Throttling,
+}
+
+/// Rates (token buckets: `rate` per second on average, up to `burst` at once) and bounds on
+/// work in progress. A rate of 0 is off; a burst of 0 is one second's worth (the rate).
+/// Refusals: 429 (rates) or 503 (work in progress), both with `Retry-After`, counted in
+/// `switchyard_throttled_total{kind}`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Throttling {
+    /// New client connections per second, node-wide: negotiates, and WebSocket connects that
+    /// skip negotiation. Default 0 (off): the right figure depends on the machine, and after
+    /// an outage every client comes back at once.
+    pub connect_rate: u32,
+    pub connect_burst: u32,
+    /// The same per source address (after `trusted_proxies`; IPv6 per /64). Default 0 (off):
+    /// NATs and corporate proxies put many users behind one address.
+    pub connect_rate_per_address: u32,
+    pub connect_burst_per_address: u32,
+    /// REST requests per second per access key (primary, secondary); health and the OpenAPI
+    /// document are exempt. Default 0 (off): a key is usually a whole application.
+    pub rest_rate_per_key: u32,
+    pub rest_burst_per_key: u32,
+    /// Negotiate requests being answered at once (in a cluster, passing one on to another
+    /// node takes a while); over it 503. 0 = unlimited. Default 1,000.
+    pub max_negotiations_in_progress: usize,
+    /// Client connections whose transport is open but whose SignalR handshake has not
+    /// arrived yet; over it a transport connect gets 503. 0 = unlimited. Default 10,000.
+    pub max_handshakes_in_progress: usize,
+}
+
+impl Default for Throttling {
+    fn default() -> Self {
+        Throttling {
+            connect_rate: 0,
+            connect_burst: 0,
+            connect_rate_per_address: 0,
+            connect_burst_per_address: 0,
+            rest_rate_per_key: 0,
+            rest_burst_per_key: 0,
+            max_negotiations_in_progress: 1_000,
+            max_handshakes_in_progress: 10_000,
+        }
+    }
+}
+
+impl Throttling {
+    /// Largest rate or burst accepted: above it the bucket's arithmetic loses its meaning
+    /// (a nanosecond per token) long before a node could take that many.
+    const MAX_RATE: u32 = 1_000_000;
+
+    fn validate(&self) -> Result<(), String> {
+        for (rate_key, rate, burst_key, burst) in [
+            (
+                "connect_rate",
+                self.connect_rate,
+                "connect_burst",
+                self.connect_burst,
+            ),
+            (
+                "connect_rate_per_address",
+                self.connect_rate_per_address,
+                "connect_burst_per_address",
+                self.connect_burst_per_address,
+            ),
+            (
+                "rest_rate_per_key",
+                self.rest_rate_per_key,
+                "rest_burst_per_key",
+                self.rest_burst_per_key,
+            ),
+        ] {
+            if rate > Self::MAX_RATE || burst > Self::MAX_RATE {
+                return Err(format!(
+                    "throttling.{rate_key} and throttling.{burst_key} must be at most {}",
+                    Self::MAX_RATE
+                ));
+            }
+            if rate == 0 && burst != 0 {
+                return Err(format!(
+                    "throttling.{burst_key} is set but throttling.{rate_key} is 0 (off); set \
+                     the rate too, or leave the burst out"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Stateful reconnect (ASP.NET Core 8+ clients' `withStatefulReconnect()`): a WebSocket client
@@ -424,6 +513,7 @@ impl Default for Config {
             upstream: Upstream::default(),
             cluster: Cluster::default(),
             stateful_reconnect: StatefulReconnect::default(),
+            throttling: Throttling::default(),
         }
     }
 }
@@ -523,6 +613,7 @@ impl Config {
         self.stateful_reconnect
             .validate()
             .map_err(ConfigError::Invalid)?;
+        self.throttling.validate().map_err(ConfigError::Invalid)?;
         if self.development_mode() && !self.listen.ip().is_loopback() {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on non-loopback address {} in development mode (no access key \

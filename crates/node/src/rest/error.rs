@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use switchyard_core::NameError;
 
 use crate::command::Missing;
+use crate::throttle::Refusal;
 
 /// `x-ms-error-code` values the Management SDK treats as an expected 404 (spec §4.1).
 pub(crate) mod codes {
@@ -41,6 +42,8 @@ pub(crate) enum RestError {
     BodyTimeout(std::time::Duration),
     /// A configured limit refused the request (the text names it).
     LimitReached(String),
+    /// Over `throttling.rest_rate_per_key`: 429 with `Retry-After`.
+    Throttled(Refusal),
 }
 
 impl RestError {
@@ -87,6 +90,8 @@ impl RestError {
             RestError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             RestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             RestError::LimitReached(_) => StatusCode::TOO_MANY_REQUESTS,
+            RestError::Throttled(refusal) if refusal.why.is_rate() => StatusCode::TOO_MANY_REQUESTS,
+            RestError::Throttled(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -106,6 +111,7 @@ impl RestError {
             RestError::MethodNotAllowed(_) => "MethodNotAllowed",
             RestError::BodyTimeout(_) => "RequestTimeout",
             RestError::LimitReached(_) => "LimitReached",
+            RestError::Throttled(_) => "TooManyRequests",
         }
     }
 
@@ -125,6 +131,11 @@ impl RestError {
             RestError::BodyTimeout(limit) => format!(
                 "the request body did not arrive within {}",
                 humantime::format_duration(*limit)
+            ),
+            RestError::Throttled(refusal) => format!(
+                "{}; retry after {} s",
+                refusal.why.message(),
+                refusal.retry_after_secs
             ),
         }
     }
@@ -160,6 +171,12 @@ impl IntoResponse for RestError {
                 if let Ok(value) = HeaderValue::from_str(&allowed.join(", ")) {
                     headers.insert(header::ALLOW, value);
                 }
+            }
+            RestError::Throttled(refusal) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(refusal.retry_after_secs),
+                );
             }
             _ => {}
         }

@@ -14,6 +14,8 @@
 //! - Health (`/api/health`, `/api/v1/health`) and the OpenAPI document need no token; every
 //!   hub route needs `Authorization: Bearer <JWT>` whose `aud` names this request (see
 //!   `switchyard_auth::audience_matches`: with or without query, port ignored).
+//! - Hub routes are throttled per access key (`throttling.rest_rate_per_key`) once the token
+//!   is verified, so unsigned requests cannot spend a key's allowance.
 //! - `application` (any version) prefixes the hub: `{application}_{hub}`, lower-cased.
 //! - `api-version` is accepted whatever its value, and may be absent.
 //! - `excluded` (repeatable): empty values are skipped, others must be valid connection ids
@@ -97,7 +99,11 @@ async fn handle(executor: &Executor, request: Request) -> Result<Response, RestE
         )
             .into_response()),
         Operation::Hub { api, hub, op } => {
-            authorize(executor, &parts, api)?;
+            let token = authorize(executor, &parts, api)?;
+            executor
+                .throttle()
+                .rest(token.signed_with, executor.metrics())
+                .map_err(RestError::Throttled)?;
             let query = Query::parse(&parts.uri);
             let hub = HubName::new(&hub, query.get("application"))?;
             ops::execute(executor, api, &hub, op, &parts, &query, body).await
