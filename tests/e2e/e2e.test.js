@@ -22,6 +22,7 @@ const CASES = [
   'default-mode', // 9: app servers (switchyard-bench): redirect, hub methods, two servers, order
   'upstream', // 10: upstream webhooks: events, signatures, invocation results (own service)
   'streams', // 12: Default-mode streams both ways (stream(), Subject uploads, cancel)
+  'throttling', // 13: a throttled start() rejects with 429 (own service)
 ];
 
 /** Filled in by the before() hook; case files read it lazily inside their tests. */
