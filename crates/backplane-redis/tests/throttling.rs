@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 async fn node(redis: &RedisServer, name: &str, config: Config) -> TestServer {
-    let mut settings = RedisSettings::new(&redis.url());
+    let mut settings = RedisSettings::new(redis.url());
     settings.prefix = "throttle".into();
     let backplane: Arc<dyn Backplane> = RedisBackplane::connect(settings).await.unwrap();
     TestServer::start_on(config, backplane, name).await

@@ -198,8 +198,10 @@ async fn the_per_address_connect_rate_spares_other_addresses() {
 /// throttled as one client.
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
-    let mut config = Config::default();
-    config.trusted_proxies = vec!["127.0.0.0/8".into()];
+    let mut config = Config {
+        trusted_proxies: vec!["127.0.0.0/8".into()],
+        ..Config::default()
+    };
     config.throttling.connect_rate_per_address = 1;
     config.throttling.connect_burst_per_address = 1;
     let server = TestServer::start_with(config).await;
@@ -232,9 +234,11 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
 async fn rest_calls_are_throttled_per_access_key() {
     let primary = "p".repeat(40);
     let secondary = "s".repeat(40);
-    let mut config = Config::default();
-    config.access_key = Some(primary.clone());
-    config.secondary_access_key = Some(secondary.clone());
+    let mut config = Config {
+        access_key: Some(primary.clone()),
+        secondary_access_key: Some(secondary.clone()),
+        ..Config::default()
+    };
     config.throttling.rest_rate_per_key = 1;
     config.throttling.rest_burst_per_key = 2;
     let server = TestServer::start_with(config).await;
