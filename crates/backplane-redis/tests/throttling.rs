@@ -101,3 +101,62 @@ async fn negotiates_in_progress_are_bounded() {
     drop(held);
     drop(hang);
 }
+
+/// A node that accepts and never answers does not hold requests passed on to it for ever:
+/// the entry node gives up after `timeouts.request_body_timeout` (here 1 s), counts the node
+/// unreachable and goes on as it does for one it cannot reach (a negotiate is then answered
+/// here), freeing the negotiate's place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_passed_to_a_hung_node_end_in_time() {
+    let redis = RedisServer::start();
+    let hang = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut config = Config::default();
+    config.timeouts.request_body_timeout = Duration::from_secs(1);
+    config.throttling.max_negotiations_in_progress = 1;
+    let entry = node(&redis, "n-entry", config).await;
+    let mut config = Config::default();
+    config.cluster.internal_url = Some(format!("http://{}", hang.local_addr().unwrap()));
+    let hung = node(&redis, "n-hung", config).await;
+    let _app = AppServer::open(&hung, "chat", "app-1").await;
+    let unreachable = || {
+        entry
+            .node
+            .metrics
+            .encode()
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(
+                    "switchyard_cluster_requests_forwarded_total{reason=\"unreachable\"} ",
+                )
+                .and_then(|n| n.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + WAIT * 2;
+    for round in 0..2 {
+        // Until the entry node has heard of the app server on the other node, it serves chat's
+        // negotiates itself, at once.
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no negotiate was passed on"
+            );
+            let started = tokio::time::Instant::now();
+            let (_, answer) = request(&entry, &negotiate_request(&entry, "chat"), WAIT).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 200"),
+                "answered, not held: {answer}"
+            );
+            if started.elapsed() >= Duration::from_millis(900) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            unreachable(),
+            round + 1,
+            "the hung node counted unreachable"
+        );
+    }
+    drop(hang);
+}

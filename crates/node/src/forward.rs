@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -197,12 +197,38 @@ impl Forwarder {
             FORWARDED_BY,
             HeaderValue::from_str(executor.node_id()).expect("node ids are header-safe"),
         );
+        // A node that accepts and never answers must not hold the request (and its socket)
+        // for ever: its answer's headers are due within the body timeout, or, for a long
+        // poll, which answers only when it has something or its time is up, after that too.
+        let timeouts = &executor.config().timeouts;
+        let long_poll = parts.method == Method::GET
+            && !upgrade
+            && !parts
+                .headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|accept| accept.contains("text/event-stream"));
+        let due = if long_poll {
+            timeouts.long_poll_timeout + timeouts.request_body_timeout
+        } else {
+            timeouts.request_body_timeout
+        };
         let outgoing = Request::from_parts(parts, body);
-        let mut response = match self.client.request(outgoing).await {
-            Ok(response) => response,
-            Err(error) => {
+        let answered = tokio::time::timeout(due, self.client.request(outgoing)).await;
+        let mut response = match answered {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
                 tracing::debug!(node, %error, "cannot reach the node that holds a connection");
                 self.forget(node);
+                unreachable(metrics);
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    node,
+                    ?due,
+                    "the node that holds a connection did not answer in time"
+                );
                 unreachable(metrics);
                 return None;
             }
