@@ -440,12 +440,7 @@ async fn metrics_are_exported() {
     server.broadcast("chat", "m", &[]);
     http.poll(&id).await;
     assert_eq!(http.delete(&id).await.status(), 202);
-    let text = reqwest::get(format!("{}/metrics", server.http()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     for expected in [
         "switchyard_client_connections{transport=\"LongPolling\"} 0",
         "switchyard_client_connections_opened_total 1",

@@ -70,16 +70,9 @@ where
 
 /// `switchyard_throttled_total{kind=…}` as `/metrics` shows it over HTTP.
 async fn throttled(server: &TestServer, kind: &str) -> u64 {
-    let text = reqwest::get(format!("{}/metrics", server.http()))
+    server
+        .metric(&format!("switchyard_throttled_total{{kind=\"{kind}\"}}"))
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let prefix = format!("switchyard_throttled_total{{kind=\"{kind}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |value| value.parse().unwrap())
 }
 
 async fn health(server: &TestServer) -> u16 {

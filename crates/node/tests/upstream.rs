@@ -674,12 +674,7 @@ async fn a_client_faster_than_its_upstream_is_held_back_not_dropped() {
         };
         assert_eq!(arguments[0], json!(n), "in order, none missing");
     }
-    let metrics = reqwest::get(format!("{}/metrics", server.http()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics_text().await;
     assert!(
         !metrics.contains("outcome=\"rejected\""),
         "nothing was refused:\n{metrics}"

@@ -162,6 +162,25 @@ impl TestServer {
         (status, response.text().await.unwrap_or_default())
     }
 
+    /// `/metrics` as a scraper reads it, over HTTP.
+    pub async fn metrics_text(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.http()))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics text")
+    }
+
+    /// The value of one series (`name{labels}`, as written on `/metrics`); 0 when absent.
+    pub async fn metric(&self, series: &str) -> u64 {
+        self.metrics_text()
+            .await
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

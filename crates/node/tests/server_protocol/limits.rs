@@ -5,23 +5,11 @@ use super::*;
 
 /// `switchyard_limit_refusals_total{limit}` as the node exports it.
 async fn refusals(server: &TestServer, limit: &str) -> u64 {
-    metric(
-        server,
-        &format!("switchyard_limit_refusals_total{{limit=\"{limit}\"}}"),
-    )
-    .await
-}
-
-async fn metric(server: &TestServer, series: &str) -> u64 {
-    let text = reqwest::get(format!("{}/metrics", server.http()))
+    server
+        .metric(&format!(
+            "switchyard_limit_refusals_total{{limit=\"{limit}\"}}"
+        ))
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn limited(edit: impl FnOnce(&mut switchyard_node::config::Limits)) -> Config {
@@ -94,7 +82,7 @@ async fn relay_tails_are_bounded_node_wide() {
     let big = Msg::invocation("big", &[json!("x".repeat(3000))]).bytes(Format::Json);
     app.send_to(&first_id, &big[..3000]).await;
     eventually_async("the tail is counted", WAIT, || async {
-        metric(&server, "switchyard_relay_buffered_bytes").await == 3000
+        server.metric("switchyard_relay_buffered_bytes").await == 3000
     })
     .await;
     // ...so 2,000 more for the second pass the node's 4,096: the second client is closed.
@@ -115,7 +103,7 @@ async fn relay_tails_are_bounded_node_wide() {
         .unwrap();
     assert_eq!(frame, big);
     eventually_async("the budget is empty again", WAIT, || async {
-        metric(&server, "switchyard_relay_buffered_bytes").await == 0
+        server.metric("switchyard_relay_buffered_bytes").await == 0
     })
     .await;
 }
