@@ -12,6 +12,7 @@
 //!   .NET server SDK is, running the application's hub methods ([`app_server::HubMethods`]).
 //! - [`bench_hub`]: the benchmark's hub methods (Azure's bench tool `Measure` methods plus
 //!   what tests need).
+//! - [`TlsRoots`]: the certificate authorities https and wss connections trust.
 //! - `error`, `message`: [`ClientError`], and [`decode`] (values as JSON).
 // One audited `unsafe` (a setsockopt in connection::websocket); none elsewhere.
 #![deny(unsafe_code)]
@@ -22,12 +23,14 @@ pub mod bench_hub;
 pub mod connection;
 mod error;
 mod message;
+mod tls;
 mod ws_client;
 
 pub use connection::{
-    connect, connect_direct, http_client, negotiate, ConnectOptions, Connection, Negotiated,
-    StatefulStats, Transport,
+    connect, connect_direct, http_client, http_client_trusting, negotiate, ConnectOptions,
+    Connection, Negotiated, StatefulStats, Transport,
 };
 pub use error::{with_causes, ClientError};
 pub use message::{decode, msgpack_to_json};
+pub use tls::TlsRoots;
 pub use ws_client::WsClient;

@@ -182,7 +182,7 @@ impl Auth {
                 std::net::IpAddr::V6(v6) => format!("[{v6}]"),
                 v4 => v4.to_string(),
             };
-            origins.push(("http".to_string(), host));
+            origins.push((config.listen_scheme().to_string(), host));
         }
         Auth {
             keys,

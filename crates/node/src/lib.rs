@@ -5,7 +5,8 @@
 //! `scripts/module-cycles.py`):
 //! 0. leaves: [`config`] (settings, validated once), [`metrics`], `budget` (node-wide
 //!    allowances given back by guards), `http` (query parsing, token checks against the
-//!    keys), `cors`, `throttle` (rates and work-in-progress bounds).
+//!    keys), `cors`, `throttle` (rates and work-in-progress bounds), `tls` (certificate
+//!    files, reloaded in place).
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
 //!    miss), `asks` (questions to other nodes, waiting for their answers), `members` (which
 //!    nodes are alive, from their heartbeats), [`executor`] (applies commands through the
@@ -42,6 +43,7 @@ pub mod metrics;
 mod rest;
 mod server;
 mod throttle;
+mod tls;
 mod upstream;
 
 pub use command::{Check, Command, Missing};
@@ -472,6 +474,7 @@ pub async fn serve_listeners(
             };
             listener::run(
                 admin,
+                None,
                 router,
                 &config,
                 metrics,
@@ -482,9 +485,27 @@ pub async fn serve_listeners(
             .await
         })
     });
+    let (tls, certificate_watch) = match config.tls_key() {
+        Some(key) => {
+            let certificates = tls::Certificates::new(key.clone());
+            let paths = config.tls.cert.clone().zip(config.tls.key.clone());
+            let watch = paths.map(|(cert, key)| {
+                tokio::spawn(tls::watch(
+                    certificates.clone(),
+                    cert,
+                    key,
+                    config.tls.reload_interval,
+                    node.metrics.clone(),
+                ))
+            });
+            (Some(certificates.acceptor()), watch)
+        }
+        None => (None, None),
+    };
     let closing = node.clone();
     let result = listener::run(
         listener,
+        tls,
         app_routes(&node, admin_task.is_none()),
         &config,
         node.metrics.clone(),
@@ -502,6 +523,9 @@ pub async fn serve_listeners(
         let _ = task.await;
     }
     heartbeat.abort();
+    if let Some(watch) = certificate_watch {
+        watch.abort();
+    }
     result
 }
 

@@ -12,6 +12,9 @@
 //!   after as long; bodies have their own timeout where they are read. Upgraded WebSockets
 //!   leave these rules (their own keep-alive and timeouts apply) but stay counted: the count
 //!   lives in the stream, which the upgrade hands over.
+//! - With TLS, the handshake runs in the socket's own task and must end within
+//!   `timeouts.request_header_timeout`; the TLS stream wraps the counted socket, so an
+//!   upgraded WebSocket still holds its place.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -34,6 +37,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::config::{canonical_ip, ValidConfig};
@@ -155,10 +159,13 @@ impl Gate {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, runs
-/// `closing` (which closes the clients), and gives requests still in flight `grace` to end.
+/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` completes; then
+/// stops accepting, runs `closing` (which closes the clients), and gives requests still in
+/// flight `grace` to end.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run<C: Future<Output = ()>>(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     router: HttpRouter,
     config: &ValidConfig,
     metrics: Arc<Metrics>,
@@ -234,28 +241,80 @@ pub(crate) async fn run<C: Future<Output = ()>>(
             stream,
             _ticket: ticket,
         };
+        let tls = tls.clone();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            let connection = watcher.watch(connection);
-            tokio::pin!(connection);
-            // Dropping the connection closes a socket that has been idle too long.
-            loop {
-                let check_at = activity.idle_deadline(idle_limit);
-                tokio::select! {
-                    _ = &mut connection => break,
-                    _ = tokio::time::sleep_until(check_at) => {
-                        if activity.idle_for(idle_limit) {
-                            break;
-                        }
-                    }
+            let Some(tls) = tls else {
+                return serve_socket(
+                    builder,
+                    TokioIo::new(stream),
+                    service,
+                    watcher,
+                    activity,
+                    idle_limit,
+                )
+                .await;
+            };
+            // Bounded like a request's headers: a peer that stalls the handshake holds only
+            // its own socket (and its place in the gate) for that long.
+            let reason = match tokio::time::timeout(idle_limit, tls.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let io = TokioIo::new(stream);
+                    return serve_socket(builder, io, service, watcher, activity, idle_limit).await;
                 }
-            }
+                Ok(Err(error)) => {
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    "error"
+                }
+                Err(_) => "timeout",
+            };
+            metrics
+                .tls_handshake_failures
+                .get_or_create(&ReasonLabel { reason })
+                .inc();
         });
     }
     drop(listener);
     closing().await;
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
     Ok(())
+}
+
+/// Serves HTTP on one socket (plain or TLS) until it closes, is idle too long, or shutdown
+/// ends it.
+async fn serve_socket<I, S>(
+    builder: Builder<TokioExecutor>,
+    io: TokioIo<I>,
+    service: S,
+    watcher: hyper_util::server::graceful::Watcher,
+    activity: Arc<Activity>,
+    idle_limit: Duration,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response,
+            Error = Infallible,
+            Future = RequestFuture,
+        > + Clone
+        + Send
+        + 'static,
+{
+    let connection = builder.serve_connection_with_upgrades(io, service);
+    let connection = watcher.watch(connection);
+    tokio::pin!(connection);
+    // Dropping the connection closes a socket that has been idle too long.
+    loop {
+        let check_at = activity.idle_deadline(idle_limit);
+        tokio::select! {
+            _ = &mut connection => break,
+            _ = tokio::time::sleep_until(check_at) => {
+                if activity.idle_for(idle_limit) {
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// A socket and its place in the gate, given up when the socket closes: after the HTTP

@@ -34,6 +34,12 @@ pub struct UpstreamLabel {
     pub outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     /// Client connections with a transport, by transport.
@@ -86,6 +92,11 @@ pub struct Metrics {
     pub stateful_reconnects: Family<KindLabel, Counter>,
     /// Bytes kept for replay to stateful-reconnect clients, not yet acknowledged by them.
     pub stateful_buffered_bytes: Gauge,
+    /// Reloads of the TLS certificate files, by result (`ok`, `error`: the old one stays).
+    pub tls_reloads: Family<ResultLabel, Counter>,
+    /// TLS handshakes that did not complete, by reason (`timeout`: not done within
+    /// `timeouts.request_header_timeout`; `error`: not TLS, or refused by either side).
+    pub tls_handshake_failures: Family<ReasonLabel, Counter>,
     /// Requests refused by the `[throttling]` settings, by kind: `connect_node`,
     /// `connect_address`, `rest` (rates, 429), `negotiations`, `handshakes` (work in
     /// progress, 503).
@@ -261,9 +272,23 @@ impl Default for Metrics {
             "Requests refused by the throttling settings, by kind (connect_node, connect_address, rest, negotiations, handshakes)",
             throttled.clone(),
         );
+        let tls_reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "tls_reloads",
+            "Reloads of the TLS certificate files, by result (ok, error: the previous certificate stays in use)",
+            tls_reloads.clone(),
+        );
+        let tls_handshake_failures = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that did not complete, by reason (timeout, error)",
+            tls_handshake_failures.clone(),
+        );
         Metrics {
             registry,
             throttled,
+            tls_reloads,
+            tls_handshake_failures,
             backplane_messages,
             server_connections_passed_on,
             cluster_nodes,

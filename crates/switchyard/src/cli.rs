@@ -76,9 +76,16 @@ struct SettingsArgs {
     /// Secondary access key, accepted too (also SWITCHYARD_SECONDARY_ACCESS_KEY).
     #[arg(long)]
     secondary_access_key: Option<String>,
-    /// URL clients use to reach the service [default: http://{listen}].
+    /// URL clients use to reach the service [default: http://{listen}, or https:// with TLS].
     #[arg(long)]
     public_endpoint: Option<String>,
+    /// Serve https and wss with this certificate chain (PEM, leaf first); needs --tls-key
+    /// (also SWITCHYARD_TLS_CERT). Reloaded when the file changes, or on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<String>,
+    /// The certificate's private key (PEM; also SWITCHYARD_TLS_KEY).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<String>,
     /// auto (Default mode for hubs with app servers, serverless otherwise), default, or
     /// serverless [default: auto].
     #[arg(long)]
@@ -185,6 +192,8 @@ fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
         ("access_key", &args.access_key),
         ("secondary_access_key", &args.secondary_access_key),
         ("public_endpoint", &args.public_endpoint),
+        ("tls.cert", &args.tls_cert),
+        ("tls.key", &args.tls_key),
         ("mode", &args.mode),
         ("cluster.redis", &args.redis),
         ("cluster.node_id", &args.node_id),
@@ -280,7 +289,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                  well-known key; only loopback addresses are allowed. Set --access-key for anything else."
             );
         }
-        println!("Listening on {bound}");
+        if config.tls.enabled() {
+            println!("Listening on {bound} (TLS: https and wss)");
+        } else {
+            println!("Listening on {bound}");
+        }
         // A configured key stays out of stdout (journals, container logs keep it).
         let key = if config.development_mode() {
             node.keys().primary().to_string()

@@ -18,6 +18,9 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "cluster.redis",
     "cluster.node_id",
     "cluster.internal_url",
+    "tls.cert",
+    "tls.key",
+    "upstream.ca_file",
 ];
 
 /// Lists whose default is "unset" (a meaning of its own), so they do not appear in the

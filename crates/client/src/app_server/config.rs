@@ -52,6 +52,8 @@ pub struct AppServerConfig {
     /// Lets the service offer stateful reconnect to this app server's clients (the SDK's
     /// `allowStatefulReconnects`; off by default there too).
     pub allow_stateful_reconnects: bool,
+    /// Certificate authorities trusted for a wss service beyond the public roots.
+    pub tls_roots: crate::TlsRoots,
 }
 
 impl AppServerConfig {
@@ -66,6 +68,7 @@ impl AppServerConfig {
             graceful_shutdown: ShutdownMode::Off,
             max_hub_server_connections: None,
             allow_stateful_reconnects: false,
+            tls_roots: crate::TlsRoots::default(),
         }
     }
 }

@@ -60,10 +60,10 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use url::Url;
 
-use crate::{decode, ClientError};
+use crate::{decode, ClientError, TlsRoots};
 use reassemble::Reassembler;
 use stateful::{Stateful, Verdict};
 
@@ -164,6 +164,10 @@ pub struct ConnectOptions {
     /// HTTP client for negotiate, the event stream, polls and sends. Share one between
     /// connections: a client per connection means a connection pool per connection.
     pub http: Option<reqwest::Client>,
+    /// Certificate authorities trusted for https and wss, beyond the public roots. The
+    /// WebSocket always uses them; HTTP requests only when [`ConnectOptions::http`] is unset
+    /// (else build that client with [`http_client_trusting`]).
+    pub tls_roots: TlsRoots,
     /// Largest hub message accepted (body bytes, framing excluded).
     pub max_message_size: usize,
     /// Stateful reconnect (the official clients' `withStatefulReconnect()`), WebSockets only;
@@ -187,6 +191,7 @@ impl ConnectOptions {
             access_token: None,
             local_address: None,
             http: None,
+            tls_roots: TlsRoots::default(),
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             stateful_reconnect: false,
             stateful_buffer_size: DEFAULT_STATEFUL_BUFFER_SIZE,
@@ -206,7 +211,13 @@ impl Default for ConnectOptions {
 /// [`CONNECT_TIMEOUT`], sockets bound to `local_address` when given. No overall request
 /// timeout (event streams and polls are long); requests that should end set their own.
 pub fn http_client(local_address: Option<IpAddr>) -> reqwest::Client {
-    reqwest::Client::builder()
+    http_client_trusting(local_address, &TlsRoots::default())
+}
+
+/// [`http_client`] trusting `roots` for https.
+pub fn http_client_trusting(local_address: Option<IpAddr>, roots: &TlsRoots) -> reqwest::Client {
+    roots
+        .apply(reqwest::Client::builder())
         .no_proxy()
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
@@ -246,7 +257,7 @@ impl fmt::Debug for Connection {
 }
 
 enum Io {
-    Ws(WebSocketStream<TcpStream>),
+    Ws(WebSocketStream<MaybeTlsStream<TcpStream>>),
     Http(HttpIo),
     /// Dropped by [`Connection::abort_transport`], or by a failure under stateful reconnect:
     /// reads and writes fail as on a socket that broke.
@@ -285,7 +296,7 @@ pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Connection, 
     let client = options
         .http
         .clone()
-        .unwrap_or_else(|| http_client(options.local_address));
+        .unwrap_or_else(|| http_client_trusting(options.local_address, &options.tls_roots));
     let ask_stateful = options.stateful_reconnect && options.transport == Transport::WebSockets;
     let negotiated =
         negotiate::negotiate_following(&client, url, options.access_token.clone(), ask_stateful)
@@ -306,6 +317,7 @@ pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Connection, 
                     negotiated.token.as_deref(),
                     options.local_address,
                     options.max_message_size,
+                    &options.tls_roots,
                 )
                 .await?,
             ),
@@ -330,6 +342,7 @@ pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Connection, 
                 target.clone(),
                 negotiated.token.clone(),
                 options.local_address,
+                options.tls_roots.clone(),
                 options.max_message_size,
                 options.stateful_reconnect_window,
                 options.stateful_buffer_size,
@@ -369,7 +382,14 @@ pub async fn connect_direct(
         .find(|(key, _)| key == "id")
         .map(|(_, value)| value.into_owned())
         .unwrap_or_default();
-    let socket = websocket::open(&target, token, None, DEFAULT_MAX_MESSAGE_SIZE).await?;
+    let socket = websocket::open(
+        &target,
+        token,
+        None,
+        DEFAULT_MAX_MESSAGE_SIZE,
+        &TlsRoots::default(),
+    )
+    .await?;
     let mut connection = Connection {
         connection_id,
         format,
@@ -628,6 +648,7 @@ impl Connection {
                         state.token.as_deref(),
                         state.local_address,
                         state.max_message_size,
+                        &state.tls_roots,
                     ),
                 )
                 .await;

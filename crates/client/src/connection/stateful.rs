@@ -18,7 +18,7 @@ use switchyard_hub_protocol::{
 use tokio::time::Instant;
 use url::Url;
 
-use crate::ClientError;
+use crate::{ClientError, TlsRoots};
 
 /// How long after the first unacknowledged receipt the Ack goes out (the JS client's delay).
 pub(super) const ACK_DELAY: Duration = Duration::from_secs(1);
@@ -60,6 +60,7 @@ pub(super) struct Stateful {
     pub(super) target: Url,
     pub(super) token: Option<String>,
     pub(super) local_address: Option<IpAddr>,
+    pub(super) tls_roots: TlsRoots,
     pub(super) max_message_size: usize,
     /// How long after a drop reconnecting is tried.
     pub(super) window: Duration,
@@ -95,6 +96,7 @@ impl Stateful {
         target: Url,
         token: Option<String>,
         local_address: Option<IpAddr>,
+        tls_roots: TlsRoots,
         max_message_size: usize,
         window: Duration,
         limit: usize,
@@ -103,6 +105,7 @@ impl Stateful {
             target,
             token,
             local_address,
+            tls_roots,
             max_message_size,
             window,
             limit,

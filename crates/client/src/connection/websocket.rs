@@ -7,27 +7,24 @@ use reqwest::header::HeaderValue;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use url::Url;
 
 use super::{CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, WS_READ_BUFFER};
-use crate::ClientError;
+use crate::{ClientError, TlsRoots};
 
 pub(super) async fn open(
     target: &Url,
     token: Option<&str>,
     local_address: Option<IpAddr>,
     max_message_size: usize,
-) -> Result<WebSocketStream<TcpStream>, ClientError> {
+    tls_roots: &TlsRoots,
+) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, ClientError> {
     let mut url = target.clone();
     url.set_fragment(None);
-    if url.scheme() == "https" {
-        return Err(ClientError::Protocol(
-            "WebSockets over TLS (wss://) is not supported by this client".into(),
-        ));
-    }
-    url.set_scheme("ws")
-        .map_err(|()| ClientError::Protocol(format!("cannot make a ws:// URL of '{url}'")))?;
+    let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+    url.set_scheme(scheme)
+        .map_err(|()| ClientError::Protocol(format!("cannot make a {scheme}:// URL of '{url}'")))?;
     let stream = tcp_connect(&url, local_address)
         .await
         .map_err(|e| ClientError::WebSocket(e.into()))?;
@@ -42,8 +39,15 @@ pub(super) async fn open(
         // Each message is written at once (a send flushes anyway).
         .write_buffer_size(0)
         .max_message_size(Some(max_message_size.max(DEFAULT_MAX_MESSAGE_SIZE)));
-    let (socket, _) =
-        tokio_tungstenite::client_async_with_config(request, stream, Some(config)).await?;
+    // A ws:// URL leaves the stream plain whatever the connector.
+    let connector = Connector::Rustls(tls_roots.rustls());
+    let (socket, _) = tokio_tungstenite::client_async_tls_with_config(
+        request,
+        stream,
+        Some(config),
+        Some(connector),
+    )
+    .await?;
     Ok(socket)
 }
 

@@ -12,6 +12,8 @@ pub(crate) use template::Templates;
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -53,6 +55,8 @@ pub struct Config {
     /// Clients that drop their WebSocket come back to the same connection. See
     /// [`StatefulReconnect`].
     pub stateful_reconnect: StatefulReconnect,
+    /// https and wss on `listen` itself. See [`Tls`].
+    pub tls: Tls,
     /// How fast clients may connect and REST callers call, and how many negotiates and
     /// client handshakes may be in progress. See [`Throttling`].
     pub throttling: Throttling,
@@ -101,6 +105,32 @@ impl Default for Throttling {
     }
 }
 
+/// TLS on the main listener (not `admin_listen`): PEM files, reloaded in place when they
+/// change or on SIGHUP. Both files or neither; without them the listener speaks plain HTTP
+/// (right behind a proxy that terminates TLS).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Tls {
+    /// The certificate chain, leaf first (PEM).
+    pub cert: Option<PathBuf>,
+    /// The leaf's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: Option<PathBuf>,
+    /// How often the files are checked for a change (modification time and size).
+    /// Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub reload_interval: Duration,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Tls {
+            cert: None,
+            key: None,
+            reload_interval: Duration::from_secs(5),
+        }
+    }
+}
+
 impl Throttling {
     /// Largest rate or burst accepted: above it the bucket's arithmetic loses its meaning
     /// (a nanosecond per token) long before a node could take that many.
@@ -141,6 +171,35 @@ impl Throttling {
             }
         }
         Ok(())
+    }
+}
+
+impl Tls {
+    /// Whether the listener speaks TLS.
+    pub fn enabled(&self) -> bool {
+        self.cert.is_some()
+    }
+
+    /// Both files read and checked (the key must be the certificate's), or none configured.
+    fn load(&self) -> Result<Option<Arc<rustls::sign::CertifiedKey>>, ConfigError> {
+        match (&self.cert, &self.key) {
+            (None, None) => Ok(None),
+            (Some(cert), Some(key)) => {
+                if self.reload_interval < Duration::from_millis(100) {
+                    return Err(ConfigError::Invalid(format!(
+                        "tls.reload_interval must be at least 100ms (got {:?})",
+                        self.reload_interval
+                    )));
+                }
+                crate::tls::load_certified_key(cert, key)
+                    .map(|key| Some(Arc::new(key)))
+                    .map_err(ConfigError::Invalid)
+            }
+            _ => Err(ConfigError::Invalid(
+                "tls.cert and tls.key (--tls-cert, --tls-key) go together: set both or neither"
+                    .into(),
+            )),
+        }
     }
 }
 
@@ -453,6 +512,9 @@ pub struct Upstream {
     pub max_concurrency: usize,
     /// Largest upstream response body read, in bytes. Default 16 MiB (the Emulator's limit).
     pub max_response_size: usize,
+    /// PEM bundle of certificate authorities trusted for https upstreams in addition to the
+    /// public roots (a private CA of on-premises back ends). Default: unset.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// One `[[upstream.templates]]` entry. A pattern is `*`, a name, or comma-separated names
@@ -493,6 +555,7 @@ impl Default for Upstream {
             timeout: Duration::from_secs(30),
             max_concurrency: 64,
             max_response_size: 16 * 1024 * 1024,
+            ca_file: None,
         }
     }
 }
@@ -514,6 +577,7 @@ impl Default for Config {
             cluster: Cluster::default(),
             stateful_reconnect: StatefulReconnect::default(),
             throttling: Throttling::default(),
+            tls: Tls::default(),
         }
     }
 }
@@ -601,10 +665,18 @@ impl Config {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let templates = self.check()?;
         let trusted_proxies = parse_proxies(&self.trusted_proxies)?;
+        let tls_key = self.tls.load()?;
+        let upstream_roots = match &self.upstream.ca_file {
+            Some(path) => crate::tls::load_roots(path)
+                .map_err(|e| ConfigError::Invalid(format!("upstream.ca_file: {e}")))?,
+            None => Vec::new(),
+        };
         Ok(ValidConfig {
             config: self,
             templates,
             trusted_proxies,
+            tls_key,
+            upstream_roots,
         })
     }
 
@@ -766,7 +838,16 @@ impl Config {
     pub fn endpoint(&self, bound: SocketAddr) -> String {
         match &self.public_endpoint {
             Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
-            None => format!("http://{bound}"),
+            None => format!("{}://{bound}", self.listen_scheme()),
+        }
+    }
+
+    /// `https` when the listener speaks TLS, else `http`.
+    pub fn listen_scheme(&self) -> &'static str {
+        if self.tls.enabled() {
+            "https"
+        } else {
+            "http"
         }
     }
 }
@@ -778,6 +859,10 @@ pub struct ValidConfig {
     config: Config,
     templates: Templates,
     trusted_proxies: Vec<IpNet>,
+    /// The listener's certificate as loaded at start (reloads replace it in the listener).
+    tls_key: Option<Arc<rustls::sign::CertifiedKey>>,
+    /// `upstream.ca_file`'s certificates.
+    upstream_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
 }
 
 impl ValidConfig {
@@ -792,6 +877,8 @@ impl ValidConfig {
             config,
             templates,
             trusted_proxies,
+            tls_key: None,
+            upstream_roots: Vec::new(),
         })
     }
 
@@ -802,6 +889,16 @@ impl ValidConfig {
     /// The upstream templates in order (empty: no upstream).
     pub(crate) fn templates(&self) -> &Templates {
         &self.templates
+    }
+
+    /// The listener's certificate and key at start; `None` without TLS.
+    pub(crate) fn tls_key(&self) -> Option<&Arc<rustls::sign::CertifiedKey>> {
+        self.tls_key.as_ref()
+    }
+
+    /// Extra roots trusted for https upstreams (`upstream.ca_file`).
+    pub(crate) fn upstream_roots(&self) -> &[rustls_pki_types::CertificateDer<'static>] {
+        &self.upstream_roots
     }
 
     /// Whether a peer is one of `trusted_proxies`.

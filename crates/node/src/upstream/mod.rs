@@ -93,6 +93,7 @@ impl Upstream {
                 settings.timeout,
                 settings.max_concurrency,
                 settings.max_response_size,
+                config.upstream_roots(),
             ),
             keys,
             metrics,

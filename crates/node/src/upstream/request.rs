@@ -55,11 +55,24 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    pub(crate) fn new(timeout: Duration, max_concurrency: usize, max_response_size: usize) -> Self {
-        let http = reqwest::Client::builder()
+    /// `extra_roots` (`upstream.ca_file`) are trusted alongside the public roots.
+    pub(crate) fn new(
+        timeout: Duration,
+        max_concurrency: usize,
+        max_response_size: usize,
+        extra_roots: &[rustls_pki_types::CertificateDer<'static>],
+    ) -> Self {
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(Duration::from_secs(90));
+        for root in extra_roots {
+            // Parsed at validation already; reqwest takes DER as it is.
+            if let Ok(certificate) = reqwest::Certificate::from_der(root) {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder
             .build()
             .expect("the upstream HTTP client builds (rustls with built-in roots)");
         Sender {
