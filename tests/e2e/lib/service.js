@@ -168,9 +168,10 @@ async function startService(extraArgs = [], { logPath = process.env.E2E_SERVICE_
     readline.createInterface({ input: child.stdout }).on('line', (line) => {
       stdoutLines.push(line);
       let m;
-      if ((m = /^Listening on 127\.0\.0\.1:(\d+)\s*$/.exec(line))) {
+      if ((m = /^Listening on 127\.0\.0\.1:(\d+)( \(TLS[^)]*\))?\s*$/.exec(line))) {
         service.port = Number(m[1]);
-        service.baseUrl = `http://127.0.0.1:${service.port}`;
+        service.tls = m[2] !== undefined;
+        service.baseUrl = `${service.tls ? 'https' : 'http'}://127.0.0.1:${service.port}`;
       } else if ((m = /^ConnectionString: (.+)$/.exec(line))) {
         service.connectionString = m[1].trim();
         const parsed = parseConnectionString(service.connectionString);
