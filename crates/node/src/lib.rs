@@ -485,6 +485,14 @@ pub async fn serve_listeners(
             .await
         })
     });
+    if node.executor.in_cluster() && config.tls.enabled() {
+        // Forwarded requests go to cluster.internal_url over plain HTTP.
+        tracing::warn!(
+            "tls is on in a cluster: transport requests a balancer sends to the wrong node cannot \
+             be passed on (cluster.internal_url is plain HTTP); use sticky sessions or terminate \
+             TLS at the balancer"
+        );
+    }
     let (tls, certificate_watch) = match config.tls_key() {
         Some(key) => {
             let certificates = tls::Certificates::new(key.clone());

@@ -25,6 +25,8 @@ pub const SAMPLE: &str = r#"# Switchyard configuration, written by `switchyard u
 # max_concurrency = 64
 # Largest upstream response read, in bytes.
 # max_response_size = 16777216
+# ca_file: the path of a PEM bundle of certificate authorities trusted for https upstreams
+# besides the public roots (a private CA of on-premises back ends). Unset by default.
 
 # Where serverless clients' events are POSTed. Templates are tried in order and the first
 # whose three patterns match is used. A pattern is "*", a name, or comma-separated names.

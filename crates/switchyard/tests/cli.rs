@@ -230,6 +230,25 @@ fn configuration_errors_are_clear() {
         &[],
         "cannot read config file",
     );
+    // TLS: both files or neither; a file that is not there is named.
+    fails_with(
+        &["serve", "--tls-cert", "/nonexistent/cert.pem"],
+        &[],
+        "set both or neither",
+    );
+    fails_with(
+        &["serve"],
+        &[
+            ("SWITCHYARD_TLS_CERT", "/nonexistent/cert.pem"),
+            ("SWITCHYARD_TLS_KEY", "/nonexistent/key.pem"),
+        ],
+        "tls.cert /nonexistent/cert.pem",
+    );
+    fails_with(
+        &["serve", "--set", "upstream.ca_file=/nonexistent/ca.pem"],
+        &[],
+        "upstream.ca_file: /nonexistent/ca.pem",
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
