@@ -53,14 +53,13 @@ use futures_util::{SinkExt, StreamExt};
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use serde_json::Value;
 use switchyard_hub_protocol::{encode_close, encode_message, handshake, Format, HubMessage};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 use url::Url;
 
 use crate::{decode, ClientError, TlsRoots};
@@ -257,7 +256,7 @@ impl fmt::Debug for Connection {
 }
 
 enum Io {
-    Ws(WebSocketStream<MaybeTlsStream<TcpStream>>),
+    Ws(WebSocketStream<websocket::Stream>),
     Http(HttpIo),
     /// Dropped by [`Connection::abort_transport`], or by a failure under stateful reconnect:
     /// reads and writes fail as on a socket that broke.

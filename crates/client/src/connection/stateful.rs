@@ -296,6 +296,7 @@ mod tests {
             Url::parse("http://127.0.0.1:1/client/?hub=h&id=x").unwrap(),
             None,
             None,
+            TlsRoots::default(),
             1 << 20,
             Duration::from_secs(15),
             100,

@@ -1,13 +1,18 @@
 //! The WebSocket transport: a TCP connection from a chosen source address, without Nagle,
-//! and a small read buffer.
+//! and a small read buffer; TLS for wss.
 
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use reqwest::header::HeaderValue;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 use url::Url;
 
 use super::{CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, WS_READ_BUFFER};
@@ -19,15 +24,31 @@ pub(super) async fn open(
     local_address: Option<IpAddr>,
     max_message_size: usize,
     tls_roots: &TlsRoots,
-) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, ClientError> {
+) -> Result<WebSocketStream<Stream>, ClientError> {
     let mut url = target.clone();
     url.set_fragment(None);
     let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
     url.set_scheme(scheme)
         .map_err(|()| ClientError::Protocol(format!("cannot make a {scheme}:// URL of '{url}'")))?;
-    let stream = tcp_connect(&url, local_address)
+    let tcp = tcp_connect(&url, local_address)
         .await
         .map_err(|e| ClientError::WebSocket(e.into()))?;
+    let stream = if scheme == "wss" {
+        let name = match url.host() {
+            Some(url::Host::Domain(name)) => ServerName::try_from(name.to_owned())
+                .map_err(|e| ClientError::Protocol(format!("host '{name}': {e}")))?,
+            Some(url::Host::Ipv4(ip)) => ServerName::from(IpAddr::from(ip)),
+            Some(url::Host::Ipv6(ip)) => ServerName::from(IpAddr::from(ip)),
+            None => return Err(ClientError::Protocol(format!("'{url}' has no host"))),
+        };
+        let tls = tokio_rustls::TlsConnector::from(tls_roots.rustls())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| ClientError::WebSocket(e.into()))?;
+        Stream::Tls(Box::new(tls))
+    } else {
+        Stream::Plain(tcp)
+    };
     let mut request = url.as_str().into_client_request()?;
     if let Some(token) = token {
         let value = HeaderValue::from_str(&format!("Bearer {token}"))
@@ -39,16 +60,56 @@ pub(super) async fn open(
         // Each message is written at once (a send flushes anyway).
         .write_buffer_size(0)
         .max_message_size(Some(max_message_size.max(DEFAULT_MAX_MESSAGE_SIZE)));
-    // A ws:// URL leaves the stream plain whatever the connector.
-    let connector = Connector::Rustls(tls_roots.rustls());
-    let (socket, _) = tokio_tungstenite::client_async_tls_with_config(
-        request,
-        stream,
-        Some(config),
-        Some(connector),
-    )
-    .await?;
+    let (socket, _) =
+        tokio_tungstenite::client_async_with_config(request, stream, Some(config)).await?;
     Ok(socket)
+}
+
+/// A WebSocket's bytes: plain TCP, or TLS. The TLS state is boxed so that a plain
+/// connection (the benchmark holds tens of thousands) stays as small as before.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// With a source address bound, Linux picks the port at `bind()`: one free on that address
