@@ -66,6 +66,12 @@ if ! need nginx && [ ! -x /usr/sbin/nginx ]; then
   apt_install nginx-light || { echo "nginx is required by the cluster end-to-end tests"; exit 1; }
 fi
 
+# The TLS end-to-end tests make their CA and certificate with the openssl CLI.
+if ! need openssl; then
+  step "installing openssl (apt-get install openssl) for the TLS end-to-end tests"
+  apt_install openssl || { echo "openssl is required by the TLS end-to-end tests"; exit 1; }
+fi
+
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked
 step "building the service and the bench app server for the end-to-end tests"
