@@ -1,9 +1,10 @@
 //! HMAC-signed JWTs as issued by the Azure SignalR SDKs and accepted by the
 //! service (spec §2.3, §3, §4.1).
 //!
-//! The JWT mechanics (base64url, header parsing, HMAC signing and
-//! constant-time signature verification) are the `jsonwebtoken` crate's; this
-//! module decides what goes into a token and what is accepted.
+//! The JWT mechanics (base64url, header parsing, checking the algorithm) are
+//! the `jsonwebtoken` crate's, its HMAC signing and constant-time signature
+//! verification our `jwt_crypto` provider's; this module decides what goes
+//! into a token and what is accepted.
 //!
 //! Issuing reproduces the SDK's payload byte for byte: caller claims in order
 //! (repeated types folded into a JSON array at the first occurrence), then
@@ -22,6 +23,7 @@ use jsonwebtoken::errors::{Error as JwtError, ErrorKind as JwtErrorKind};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde_json::{Map, Value};
 
+use crate::jwt_crypto;
 use crate::keys::{AccessKeys, SigningKey};
 
 /// Longest token [`verify_token`] accepts, in bytes (8 KiB). The SDKs refuse
@@ -310,6 +312,7 @@ impl TokenBuilder {
         let payload = Value::Object(self.payload(now_unix));
         // An HMAC key of any length is accepted and the header's algorithm is
         // always an HMAC one, so encoding cannot fail.
+        jwt_crypto::install();
         jsonwebtoken::encode(
             &self.header(),
             &payload,
@@ -563,6 +566,7 @@ pub fn verify_token_ignoring_audience(
         )));
     }
 
+    jwt_crypto::install();
     let mut decoded = None;
     let mut signed_with = SigningKey::Primary;
     for (index, key) in keys.all().enumerate() {

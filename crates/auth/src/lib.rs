@@ -12,6 +12,8 @@
 //!   ([`audience_matches`], [`RequestTarget`], [`client_audience`]).
 //! - [`upstream`]: the `X-ASRS-Signature` of upstream webhooks
 //!   ([`upstream_signature`], [`verify_upstream_signature`]).
+//! - `jwt_crypto` (private): the HMAC-only crypto provider that
+//!   `jsonwebtoken` signs and verifies with (no RSA/ECDSA/EdDSA crates).
 //!
 //! An access key is always used as the UTF-8 bytes of the key string, never
 //! base64-decoded.
@@ -21,6 +23,7 @@
 pub mod audience;
 pub mod connection_string;
 pub mod jwt;
+mod jwt_crypto;
 pub mod keys;
 pub mod upstream;
 
