@@ -82,6 +82,6 @@ pub enum SigningKey {
 /// base64url without padding (22 characters).
 pub fn generate_connection_token() -> String {
     let mut bytes = [0u8; 16];
-    rand::thread_rng().fill_bytes(&mut bytes);
+    rand::rng().fill_bytes(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
 }

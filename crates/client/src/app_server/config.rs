@@ -88,7 +88,7 @@ pub fn default_server_id() -> String {
 /// per-connection `cid`.
 pub fn new_guid() -> String {
     let mut bytes = [0u8; 16];
-    rand::thread_rng().fill_bytes(&mut bytes);
+    rand::rng().fill_bytes(&mut bytes);
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex = hex_of(&bytes);
@@ -105,7 +105,7 @@ pub fn new_guid() -> String {
 /// `n` random bytes as lower-case hex.
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
-    rand::thread_rng().fill_bytes(&mut bytes);
+    rand::rng().fill_bytes(&mut bytes);
     hex_of(&bytes)
 }
 
