@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole test suite and installs what it needs: Rust checks and tests, the end-to-end
-# tests with the official JavaScript client, the browser tests (that client in headless
-# Chromium, cross-origin), and the third-party client compatibility tests.
+# Runs the whole test suite and installs what it needs: Rust checks and tests, the dependency
+# policy (cargo-deny), the end-to-end tests with the official JavaScript client, the browser
+# tests (that client in headless Chromium, cross-origin), and the third-party client
+# compatibility tests.
 # Usage: scripts/test.sh            (everything)
 #        SKIP_COMPAT=1 scripts/test.sh   (skip tests/compat, e.g. on a machine without Java/Go)
 #        SKIP_BROWSER=1 scripts/test.sh  (skip tests/browser, e.g. on a machine without Chromium)
@@ -38,6 +39,20 @@ run "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warning
 run "cargo clippy (node with the fuzzing entry points)" cargo clippy -p switchyard-node --features fuzzing --all-targets --locked -- -D warnings
 # Every crate's files form layers: no import cycle between files, none between top-level modules.
 run "module layering (no import cycles)" bash -c 'python3 scripts/module-cycles.py crates/* && python3 scripts/module-cycles.py --parent-edges --top-level crates/*'
+
+# Dependency policy (deny.toml): permissive licences, banned crates, no unlisted duplicate
+# versions, crates.io only. Offline: cargo-deny reads Cargo.lock and the crates' manifests, so
+# `cargo fetch` first brings every platform's crates from crates.io (a build fetches only this
+# one's). Advisories need the RustSec database from GitHub and are left to the README's command.
+CARGO_DENY_VERSION=0.20.2
+dependency_policy() {
+  if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]; then
+    echo "installing cargo-deny $CARGO_DENY_VERSION (cargo install --locked)"
+    cargo install --locked "cargo-deny@$CARGO_DENY_VERSION" || return 1
+  fi
+  cargo fetch --locked && cargo deny --offline --locked check licenses bans sources
+}
+run "dependency policy (cargo deny check licenses bans sources, offline)" dependency_policy
 
 # Debian packages, as root or through sudo; `apt-get update` once per run.
 apt_updated=0
