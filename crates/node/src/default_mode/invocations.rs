@@ -14,7 +14,7 @@ use switchyard_service_protocol::{
     ClientInvocation, ErrorCompletion, Extensions, ServiceMapping, ServiceMessage,
 };
 
-use super::{ServerConnection, Servers};
+use super::{LinkedClient, ServerConnection, Servers};
 
 /// How long a routed invocation is remembered (Azure's cache limit).
 const PENDING_LIMIT: Duration = Duration::from_secs(600);
@@ -88,18 +88,34 @@ impl Invocations {
             }));
             return;
         }
-        if let Some(protocol) = client.connection().protocol() {
-            if let Some((_, payload)) = call
-                .payloads
+        let payload = client.connection().protocol().and_then(|protocol| {
+            call.payloads
                 .iter()
                 .find(|(name, _)| name.eq_ignore_ascii_case(protocol.name()))
-            {
-                client.connection().outbound().push(payload.clone());
-            }
+                .map(|(_, payload)| payload.clone())
+        });
+        // The routing server hears of the invocation before the client does: a client that
+        // answers at once sends its completion to that server, which must know the id by then
+        // (both travel on its one connection, in order), and the completion must find it
+        // pending here.
+        if let Some(router) = router {
+            self.route(instance_id, from, &client, caller_server_id, &router, call);
         }
-        let Some(router) = router else {
-            return;
-        };
+        if let Some(payload) = payload {
+            client.connection().outbound().push(payload);
+        }
+    }
+
+    /// Remembers a routed invocation and tells the caller and the routing server of it.
+    fn route(
+        &self,
+        instance_id: &str,
+        from: &Arc<ServerConnection>,
+        client: &Arc<dyn LinkedClient>,
+        caller_server_id: Arc<str>,
+        router: &Arc<ServerConnection>,
+        call: ClientInvocation,
+    ) {
         self.pending.lock().insert(
             (from.hub.clone(), call.invocation_id.clone()),
             Pending {
