@@ -38,7 +38,7 @@ pub use error::{DecodeError, FrameError, HandshakeError};
 pub use framing::{Frame, FrameSplitter, Located};
 pub use message::{is_trackable_type, message_type, CompletionResult, Headers, HubMessage};
 pub use peek::{peek, Peek};
-pub use sequence::count_trackable;
+pub use sequence::{count_trackable, for_each_trackable};
 
 /// Ends every JSON record (handshake and JSON hub messages).
 pub const RECORD_SEPARATOR: u8 = 0x1e;

@@ -13,12 +13,22 @@ use crate::{peek, Format, RECORD_SEPARATOR};
 /// nothing: the receiving peer, which gets the same bytes, decides what to make of them.
 pub fn count_trackable(format: Format, frames: &[u8]) -> u64 {
     let mut count = 0;
+    for_each_trackable(format, frames, |_| count += 1);
+    count
+}
+
+/// Calls `each` with the framed length (framing included) of every trackable message in
+/// `frames`, as [`count_trackable`] counts them: what traffic counters call hub messages
+/// (pings, closes, acks and sequence messages are the protocol's own).
+pub fn for_each_trackable(format: Format, frames: &[u8], mut each: impl FnMut(usize)) {
     match format {
         Format::Json => {
-            for record in frames.split(|&b| b == RECORD_SEPARATOR) {
-                if json_type(record).is_some_and(is_trackable_type) {
-                    count += 1;
+            let mut rest = frames;
+            while let Some(end) = rest.iter().position(|&b| b == RECORD_SEPARATOR) {
+                if json_type(&rest[..end]).is_some_and(is_trackable_type) {
+                    each(end + 1);
                 }
+                rest = &rest[end + 1..];
             }
         }
         Format::MessagePack => {
@@ -30,13 +40,12 @@ pub fn count_trackable(format: Format, frames: &[u8]) -> u64 {
                 let mut reader = Reader::new(body);
                 let ty = reader.array_len().and_then(|_| reader.int());
                 if ty.is_some_and(|ty| i32::try_from(ty).is_ok_and(is_trackable_type)) {
-                    count += 1;
+                    each(prefix + len as usize);
                 }
                 rest = &rest[prefix + len as usize..];
             }
         }
     }
-    count
 }
 
 /// A JSON message's type. Writers put `type` first (.NET, the JS client, this service), so
@@ -77,6 +86,24 @@ mod tests {
             // A cut-off rest is not counted.
             let cut = &run[..run.len() - 1];
             assert_eq!(count_trackable(format, cut), 2, "{format:?}");
+        }
+    }
+
+    #[test]
+    fn trackable_messages_are_measured_with_their_framing() {
+        for format in [Format::Json, Format::MessagePack] {
+            let a = encode_invocation(format, "a", &["x".repeat(3000).into()]);
+            let b = encode_invocation(format, "b", &[]);
+            let run = [
+                &a[..],
+                &ping(format),
+                &b[..],
+                &encode_close(format, None, false),
+            ]
+            .concat();
+            let mut lengths = Vec::new();
+            for_each_trackable(format, &run, |len| lengths.push(len));
+            assert_eq!(lengths, vec![a.len(), b.len()], "{format:?}");
         }
     }
 
