@@ -8,6 +8,8 @@ use parking_lot::{Mutex, MutexGuard};
 use switchyard_core::{CloseReason, ConnectionId, GroupName, Protocol, UserId};
 use tokio::sync::Notify;
 
+use crate::Traffic;
+
 pub struct Connection {
     id: ConnectionId,
     user: Option<UserId>,
@@ -17,6 +19,8 @@ pub struct Connection {
     /// Groups this connection is in, so removal does not scan every group.
     /// `None` once the connection left its hub: late joins are refused.
     pub(crate) groups: Mutex<Option<Vec<GroupName>>>,
+    /// This connection's hub messages in and out (its own cache lines, not the hub's).
+    traffic: Traffic,
 }
 
 impl Connection {
@@ -27,6 +31,7 @@ impl Connection {
             protocol: OnceLock::new(),
             outbound: Outbound::new(max_pending_bytes),
             groups: Mutex::new(Some(Vec::new())),
+            traffic: Traffic::default(),
         }
     }
 
@@ -50,6 +55,16 @@ impl Connection {
 
     pub fn outbound(&self) -> &Outbound {
         &self.outbound
+    }
+
+    /// Hub messages this connection sent and was sent (see [`crate::Hub::deliver`]).
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    /// Outbound bytes queued and not yet taken by the writer.
+    pub fn queued_bytes(&self) -> usize {
+        self.outbound.pending_bytes()
     }
 
     pub fn groups(&self) -> Vec<GroupName> {

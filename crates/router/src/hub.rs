@@ -14,7 +14,7 @@ use switchyard_core::{
 };
 
 use crate::shard::Sharded;
-use crate::{Connection, Interest};
+use crate::{Connection, Interest, Traffic, TrafficTotals};
 
 /// A user-group membership without ttl lasts this long (Azure: "up to one year").
 const NO_TTL_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -80,6 +80,9 @@ pub struct Hub {
     messagepack_count: AtomicUsize,
     interest: Arc<dyn Interest>,
     limits: GroupLimits,
+    /// The hub's totals on this node. Shared by every connection of the hub, so a fan-out
+    /// adds to it once, not per recipient.
+    traffic: Traffic,
 }
 
 impl Hub {
@@ -95,6 +98,7 @@ impl Hub {
             json_count: AtomicUsize::new(0),
             messagepack_count: AtomicUsize::new(0),
             interest,
+            traffic: Traffic::default(),
         }
     }
 
@@ -104,6 +108,38 @@ impl Hub {
 
     pub fn connection_count(&self) -> usize {
         *self.connection_count.lock()
+    }
+
+    /// Groups with at least one connection of this node.
+    pub fn group_count(&self) -> usize {
+        self.groups.iter().map(|shard| shard.read().len()).sum()
+    }
+
+    /// Users with at least one connection on this node.
+    pub fn user_count(&self) -> usize {
+        self.users.iter().map(|shard| shard.read().len()).sum()
+    }
+
+    /// Hub messages into and out of this hub's connections on this node.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    /// Counts hub messages received from `connection` (one read's worth, added at once).
+    pub fn received(&self, connection: &Connection, totals: &TrafficTotals) {
+        connection.traffic().record_in(totals);
+        self.traffic.record_in(totals);
+    }
+
+    /// Queues one hub message (or several framed together, counted in `totals`) to one
+    /// connection outside a fan-out, and counts it. Returns false if the connection is closing.
+    pub fn deliver(&self, connection: &Connection, frame: Bytes, totals: &TrafficTotals) -> bool {
+        if !connection.outbound().push(frame) {
+            return false;
+        }
+        connection.traffic().record_out(totals);
+        self.traffic.record_out(totals);
+        true
     }
 
     /// Which of the service-encoded protocols have connections, so a sender encodes only those.
@@ -566,17 +602,20 @@ impl Hub {
 
     /// Queues the payload matching each target connection's protocol. Returns frames queued.
     pub fn send(&self, target: &Target, payloads: &Payloads) -> usize {
-        let mut delivered = 0;
+        let mut totals = TrafficTotals::default();
         let mut deliver = |connection: &Arc<Connection>| {
             let frame = connection.protocol().and_then(|p| payloads.get(p));
             if let Some(frame) = frame {
+                let len = frame.len();
                 if connection.outbound().push(frame.clone()) {
-                    delivered += 1;
+                    connection.traffic().message_out(len);
+                    totals.add_out(len);
                 }
             }
         };
         self.for_each_target(target, &mut deliver);
-        delivered
+        self.traffic.record_out(&totals);
+        totals.messages_out as usize
     }
 
     /// Closes every connection the target names except `excluded`. Returns how many were

@@ -5,6 +5,8 @@
 //! - [`Router`]: the hubs of one node, and [`Router::apply`] for messages from the backplane.
 //! - [`Hub`]: sharded indices of connections, users, groups and user-group memberships.
 //! - [`Connection`] and [`Outbound`]: one client's identity and its byte-budgeted queue.
+//! - [`Traffic`]: hub messages in and out (and Azure's 2 KB billing units), per connection
+//!   and per hub.
 //! - [`Interest`]: told when the first local member of a channel arrives or the last leaves,
 //!   so the node can subscribe and unsubscribe backplane channels.
 //!
@@ -20,9 +22,11 @@
 mod connection;
 mod hub;
 mod shard;
+mod traffic;
 
 pub use connection::{Batch, Connection, Outbound};
 pub use hub::{GroupJoin, GroupLimits, GroupMember, Hub, Join};
+pub use traffic::{billing_units, Traffic, TrafficTotals, BILLING_UNIT_BYTES};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
