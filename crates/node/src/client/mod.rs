@@ -432,6 +432,10 @@ impl UpstreamClient for ClientConnection {
         self.hub.name()
     }
 
+    fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
     fn upstream(&self) -> Option<&ClientUpstream> {
         self.upstream.as_deref()
     }

@@ -13,10 +13,10 @@ use http_body_util::{BodyExt, Limited};
 use parking_lot::Mutex;
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
-    encode_close, handshake, message_type, peek, Format, FrameSplitter, HandshakeError, Peek,
-    RECORD_SEPARATOR,
+    encode_close, handshake, is_trackable_type, message_type, peek, Format, FrameSplitter,
+    HandshakeError, Peek, RECORD_SEPARATOR,
 };
-use switchyard_router::Join;
+use switchyard_router::{Join, TrafficTotals};
 
 use super::resume::{Incoming, Resume};
 use super::{ClientConnection, Clients, Transport};
@@ -50,6 +50,38 @@ impl Inbound {
     pub(crate) fn drop_partial(&mut self) {
         self.buffer = BytesMut::new();
         self.scanned = 0;
+    }
+}
+
+/// Hub messages of one read, added to the connection's and its hub's traffic at once when
+/// dropped (however the read ends), so the hub's shared counters see one add per read.
+struct Received<'a> {
+    client: &'a ClientConnection,
+    totals: TrafficTotals,
+}
+
+impl<'a> Received<'a> {
+    fn new(client: &'a ClientConnection) -> Self {
+        Received {
+            client,
+            totals: TrafficTotals::default(),
+        }
+    }
+
+    /// Counts a message unless it is one of the protocol's own (ping, close, ack, sequence):
+    /// Azure does not count pings as messages.
+    fn message(&mut self, message_type: u8, framed_len: usize) {
+        if is_trackable_type(i32::from(message_type)) {
+            self.totals.add_in(framed_len);
+        }
+    }
+}
+
+impl Drop for Received<'_> {
+    fn drop(&mut self) {
+        self.client
+            .hub
+            .received(&self.client.connection, &self.totals);
     }
 }
 
@@ -94,6 +126,7 @@ impl ClientConnection {
         }
         let splitter = inbound.splitter.as_ref().expect("handshake done");
         let format = splitter.format();
+        let mut traffic = Received::new(self);
         loop {
             let frame = splitter
                 .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
@@ -107,6 +140,7 @@ impl ClientConnection {
             if self.sequence(clients, &message)? == Incoming::Skip {
                 continue;
             }
+            traffic.message(message.message_type, frame.framed.len());
             match message.message_type {
                 message_type::PING => self.client_pings.store(true, Ordering::Relaxed),
                 message_type::CLOSE => return Err(CloseReason::ClientClosed),
@@ -147,6 +181,7 @@ impl ClientConnection {
         let format = splitter.format();
         let mut frames: Vec<Bytes> = Vec::new();
         let mut closing = false;
+        let mut traffic = Received::new(self);
         // A bad message ends the connection, but the good ones before it still go to the app
         // server, as they would have had they arrived in an earlier read.
         let mut failure = None;
@@ -179,6 +214,7 @@ impl ClientConnection {
             if message.message_type == message_type::PING {
                 self.client_pings.store(true, Ordering::Relaxed);
             }
+            traffic.message(message.message_type, frame.framed.len());
             frames.push(frame.framed);
             if message.message_type == message_type::CLOSE {
                 closing = true;

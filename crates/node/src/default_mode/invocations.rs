@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use switchyard_core::{ConnectionId, HubName};
+use switchyard_router::TrafficTotals;
 use switchyard_service_protocol::{
     ClientInvocation, ErrorCompletion, Extensions, ServiceMapping, ServiceMessage,
 };
@@ -102,7 +103,9 @@ impl Invocations {
             self.route(instance_id, from, &client, caller_server_id, &router, call);
         }
         if let Some(payload) = payload {
-            client.connection().outbound().push(payload);
+            let mut totals = TrafficTotals::default();
+            totals.add_out(payload.len());
+            client.hub().deliver(client.connection(), payload, &totals);
         }
     }
 

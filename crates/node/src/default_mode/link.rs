@@ -8,8 +8,10 @@ use axum::http::{HeaderMap, Uri};
 use bytes::{Bytes, BytesMut};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::CloseReason;
-use switchyard_hub_protocol::{handshake, Format, FrameError, FrameSplitter, RECORD_SEPARATOR};
-use switchyard_router::Join;
+use switchyard_hub_protocol::{
+    for_each_trackable, handshake, Format, FrameError, FrameSplitter, RECORD_SEPARATOR,
+};
+use switchyard_router::{Join, TrafficTotals};
 use switchyard_service_protocol::{
     CloseConnection, ConnectionData, ConnectionFlowControl, Extensions, Headers, OpenConnection,
     ServiceEvent, ServiceMessage,
@@ -346,7 +348,12 @@ impl DefaultLink {
             .whole_prefix_len(&data, searched)
             .map_err(|e| relay_error(e, max))?;
         if whole > 0 {
-            client.connection().outbound().push(data.split_to(whole));
+            // Counted per hub message, as Azure bills them: pings (which ASP.NET app servers
+            // send every client through here) are not.
+            let frames = data.split_to(whole);
+            let mut totals = TrafficTotals::default();
+            for_each_trackable(format, &frames, |len| totals.add_out(len));
+            client.hub().deliver(client.connection(), frames, &totals);
             self.pause_if_backed_up(client);
         }
         self.keep(data, held);

@@ -41,7 +41,7 @@ use reqwest::header::HeaderMap;
 use switchyard_auth::{upstream_signature, AccessKeys};
 use switchyard_core::{CloseReason, HubName};
 use switchyard_hub_protocol::{message_type, Format, Peek};
-use switchyard_router::Connection;
+use switchyard_router::{Connection, Hub, TrafficTotals};
 
 use crate::config::{Templates, ValidConfig};
 use crate::metrics::{Metrics, UpstreamLabel};
@@ -61,6 +61,8 @@ pub(crate) trait UpstreamClient: Send + Sync + 'static {
     /// The client as the router knows it: id, user, outbound queue.
     fn connection(&self) -> &Connection;
     fn hub_name(&self) -> &HubName;
+    /// Its hub, which counts what is delivered to it.
+    fn hub(&self) -> &Hub;
     /// Present for clients of a hub some template may serve.
     fn upstream(&self) -> Option<&ClientUpstream>;
 }
@@ -217,7 +219,9 @@ impl Upstream {
                     self.sender.timeout(),
                     self.sender.max_response_size(),
                 );
-                if client.connection().outbound().push(frame) {
+                let mut totals = TrafficTotals::default();
+                totals.add_out(frame.len());
+                if client.hub().deliver(client.connection(), frame, &totals) {
                     self.metrics.frames_delivered.inc();
                 }
                 outcome
