@@ -3,7 +3,8 @@
 //! # Layout
 //! Modules are layered; each uses only those in lower layers (checked by
 //! `scripts/module-cycles.py`):
-//! 0. leaves: [`config`] (settings, validated once), [`metrics`], `budget` (node-wide
+//! 0. leaves: [`config`] (settings, validated once), [`metrics`] (with [`azure_metrics`],
+//!    read at scrape time, and [`process`], the CPU and memory sampler), `budget` (node-wide
 //!    allowances given back by guards), `http` (query parsing, token checks against the
 //!    keys), `cors`, `throttle` (rates and work-in-progress bounds), `tls` (certificate
 //!    files, reloaded in place).
@@ -22,6 +23,7 @@
 #![deny(rust_2018_idioms)]
 
 mod asks;
+pub mod azure_metrics;
 mod budget;
 mod client;
 pub mod command;
@@ -40,6 +42,7 @@ mod http;
 mod listener;
 mod members;
 pub mod metrics;
+pub mod process;
 mod rest;
 mod server;
 mod throttle;
@@ -110,6 +113,12 @@ impl Node {
     ) -> Arc<Node> {
         let metrics = Arc::new(Metrics::default());
         let executor = Arc::new(Executor::new(config, backplane, node_id, metrics.clone()));
+        let settings = executor.config();
+        metrics.azure.watch(
+            executor.router().clone(),
+            settings.metrics.max_hub_series,
+            settings.limits.max_client_connections,
+        );
         let instance = executor.members().instance().to_string();
         let default_mode = Arc::new(DefaultMode::new(executor.config(), instance, &metrics));
         executor.set_remote_invocations(default_mode.clone());
@@ -178,6 +187,7 @@ impl Node {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            process::update();
             self.clients.check_timers();
             self.executor.throttle().sweep();
             let now = Instant::now();

@@ -2,12 +2,15 @@
 //! close reason, status class); never ids.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use crate::azure_metrics::AzureMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TransportLabel {
@@ -107,6 +110,9 @@ pub struct Metrics {
     pub limit_refusals: Family<LimitLabel, Counter>,
     /// Bytes of app servers' half-received messages held for their clients.
     pub relay_buffered_bytes: Gauge,
+    /// Per-hub connections and traffic, server load: read at scrape time (see
+    /// [`crate::azure_metrics`]).
+    pub azure: Arc<AzureMetrics>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -284,7 +290,10 @@ impl Default for Metrics {
             "TLS handshakes that did not complete, by reason (timeout, error)",
             tls_handshake_failures.clone(),
         );
+        let azure = Arc::new(AzureMetrics::default());
+        registry.register_collector(azure.collector());
         Metrics {
+            azure,
             registry,
             throttled,
             tls_reloads,

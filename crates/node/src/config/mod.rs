@@ -60,6 +60,27 @@ pub struct Config {
     /// How fast clients may connect and REST callers call, and how many negotiates and
     /// client handshakes may be in progress. See [`Throttling`].
     pub throttling: Throttling,
+    /// What `/metrics` exports. See [`MetricsSettings`].
+    pub metrics: MetricsSettings,
+}
+
+/// `/metrics` settings.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct MetricsSettings {
+    /// Hubs with their own `hub` label on the per-hub series (`switchyard_hub_*`); the first
+    /// this many hubs seen keep theirs, later ones are summed under `hub="_other"`, so a
+    /// deployment with many hub names cannot flood Prometheus. 0 puts every hub in `_other`.
+    /// Default 100.
+    pub max_hub_series: usize,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            max_hub_series: 100,
+        }
+    }
 }
 
 /// Rates (token buckets: `rate` per second on average, up to `burst` at once) and bounds on
@@ -578,6 +599,7 @@ impl Default for Config {
             stateful_reconnect: StatefulReconnect::default(),
             throttling: Throttling::default(),
             tls: Tls::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }
