@@ -87,6 +87,14 @@ if ! need openssl; then
   apt_install openssl || { echo "openssl is required by the TLS end-to-end tests"; exit 1; }
 fi
 
+# crates/node/tests/metrics.rs has a real Prometheus (Debian's prometheus package) scrape a node;
+# SWITCHYARD_REQUIRE_PROMETHEUS makes that test fail, not skip, when it is missing.
+if ! need prometheus && [ ! -x /usr/bin/prometheus ]; then
+  step "installing prometheus (apt-get install prometheus) for the metrics test"
+  apt_install prometheus || { echo "prometheus is required by the metrics test"; exit 1; }
+fi
+export SWITCHYARD_REQUIRE_PROMETHEUS=1
+
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked
 step "building the service and the bench app server for the end-to-end tests"
