@@ -499,6 +499,11 @@ fn write_question(w: &mut W, question: &Question) {
             write_str(w, caller_server_id);
             write_payloads(w, payloads);
         }
+        Question::View(request) => {
+            write_array(w, 2);
+            write_uint(w, 12);
+            write_str(w, request);
+        }
     }
 }
 
@@ -538,6 +543,11 @@ fn write_answer(w: &mut W, answer: &Answer) {
             write_array(w, 2);
             write_uint(w, 5);
             write_uint(w, *max);
+        }
+        Answer::View(json) => {
+            write_array(w, 2);
+            write_uint(w, 6);
+            write_str(w, json);
         }
         Answer::UserGroups(entries) => {
             write_array(w, 2);
@@ -697,7 +707,7 @@ impl<'a> Reader<'a> {
         let tag = self.uint()?;
         let want = match tag {
             9 => 1,
-            3..=5 => 2,
+            3..=5 | 12 => 2,
             7 | 8 => 4,
             11 => 5,
             _ => 3,
@@ -757,6 +767,7 @@ impl<'a> Reader<'a> {
                 caller_server_id: self.str()?.to_string(),
                 payloads: self.payloads()?,
             },
+            12 => Question::View(self.str()?.to_string()),
             tag => {
                 return Err(EnvelopeError::Tag {
                     what: "question",
@@ -791,6 +802,7 @@ impl<'a> Reader<'a> {
             }
             3 => Answer::At(self.str()?.to_string()),
             5 => Answer::Full(self.uint()?),
+            6 => Answer::View(self.str()?.to_string()),
             4 => {
                 let count = self.array()?;
                 if count % 4 != 0 {
@@ -984,6 +996,7 @@ mod tests {
                 caller_server_id: "host_1".into(),
                 payloads: Payloads::new().with(Protocol::Json, Bytes::from_static(b"{}\x1e")),
             },
+            Question::View(r#"{"filter":null}"#.into()),
         ];
         out.extend(
             questions
@@ -1001,6 +1014,7 @@ mod tests {
             Answer::No,
             Answer::Members(vec![(c("a"), None), (c("b"), Some(u.clone()))]),
             Answer::Members(vec![]),
+            Answer::View(r#"{"node":{"id":"n1"}}"#.into()),
             Answer::At("http://10.0.0.1:8080".into()),
             Answer::Full(1000),
             Answer::UserGroups(vec![]),

@@ -23,6 +23,7 @@ pub mod app_server;
 pub mod chart;
 pub mod children;
 pub mod cluster;
+pub mod dashboard;
 pub mod negotiate;
 pub mod procstat;
 pub mod report;

@@ -565,6 +565,18 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
             eprintln!("app-server connections per node: {counts:?}");
         }
     }
+    let dashboard = match args.dashboard {
+        true => {
+            let base = target.probe.nodes[0].url.clone();
+            let key = target
+                .rest
+                .as_ref()
+                .and_then(|rest| rest.access_key.clone())
+                .ok_or_else(|| RunError("--dashboard needs the service's access key".into()))?;
+            Some(crate::dashboard::open(&base, &key, &args.hub, args.trace).await?)
+        }
+        false => None,
+    };
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let snap_before = target.probe.snapshot().await;
     let service_before = snap_before.service();
@@ -1011,6 +1023,9 @@ pub async fn run(scenario: Scenario, args: &RunArgs) -> Result<Report, RunError>
                 .map_err(|e| RunError(format!("--soak-json {}: {e}", path.display())))?;
         }
         return Ok(report);
+    }
+    if let Some(dashboard) = &dashboard {
+        println!("{}", dashboard.summary());
     }
     write_outputs(&report, args.summary_json.as_ref(), args.chart.as_ref())?;
     if args.stateful_reconnect {

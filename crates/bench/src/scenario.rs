@@ -474,6 +474,13 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Keep the service's dashboard open during the run (an operator's admin-hub session:
+    /// a snapshot each second, the hub's connection list every two), to measure its cost.
+    #[arg(long)]
+    pub dashboard: bool,
+    /// With --dashboard: also run a live trace of the hub.
+    #[arg(long, requires = "dashboard")]
+    pub trace: bool,
     /// Stateful reconnect (WebSockets): clients ask for it (`withStatefulReconnect()`), and an
     /// app server the tool starts allows it. The run prints the reconnects it saw.
     #[arg(long)]

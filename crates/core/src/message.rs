@@ -149,6 +149,9 @@ pub enum Question {
         caller_server_id: String,
         payloads: Payloads,
     },
+    /// Asked on [`Channel::All`] by a node whose dashboard is open: what the node shows of
+    /// itself (the request and the answer, [`Answer::View`], are the dashboard's JSON).
+    View(String),
 }
 
 /// Which membership a user-group listing continues after: hub, user, group.
@@ -185,6 +188,8 @@ pub enum Answer {
     UserGroups(Vec<UserGroupEntry>),
     /// The connection is in its maximum of groups (the limit).
     Full(u64),
+    /// A node's answer to [`Question::View`] (JSON).
+    View(String),
 }
 
 impl Message {

@@ -29,6 +29,7 @@ use crate::http::Auth;
 use crate::members::Members;
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
+use crate::trace::{bodies, describe_target, TraceEvent, Tracer};
 
 /// Takes a client invocation another node passed on (see [`Question::Invoke`]); implemented
 /// by Default mode, which the executor does not know.
@@ -39,6 +40,14 @@ pub(crate) trait RemoteInvocations: Send + Sync {
 }
 
 type InvocationsSlot = Arc<OnceLock<Arc<dyn RemoteInvocations>>>;
+
+/// What a node shows of itself to a dashboard open on another node ([`Question::View`]).
+pub(crate) trait Views: Send + Sync {
+    /// The answer (JSON) to a request (JSON).
+    fn view(&self, request: &str) -> String;
+}
+
+type ViewsSlot = Arc<OnceLock<Arc<dyn Views>>>;
 
 pub struct Executor {
     config: ValidConfig,
@@ -52,7 +61,9 @@ pub struct Executor {
     internal_url: Arc<OnceLock<String>>,
     members: Arc<Members>,
     invocations: InvocationsSlot,
+    views: ViewsSlot,
     throttle: Throttle,
+    tracer: Arc<Tracer>,
 }
 
 /// Subscribes this node to a channel while it has a local member.
@@ -98,6 +109,7 @@ struct RouterSink {
     internal_url: Arc<OnceLock<String>>,
     members: Arc<Members>,
     invocations: InvocationsSlot,
+    views: ViewsSlot,
 }
 
 impl Sink for RouterSink {
@@ -121,7 +133,12 @@ impl Sink for RouterSink {
 
 impl RouterSink {
     fn answer(&self, hub: &HubName, from: &NodeId, id: u64, question: &Question) {
-        let answer = if let Question::Invoke { .. } = question {
+        let answer = if let Question::View(request) = question {
+            match self.views.get() {
+                Some(views) => Answer::View(views.view(request)),
+                None => Answer::No,
+            }
+        } else if let Question::Invoke { .. } = question {
             let taken = self
                 .invocations
                 .get()
@@ -212,6 +229,7 @@ impl Executor {
             crate::members::new_instance(&node_id),
         ));
         let invocations: InvocationsSlot = Arc::new(OnceLock::new());
+        let views: ViewsSlot = Arc::new(OnceLock::new());
         backplane.attach(
             &node_id,
             Arc::new(RouterSink {
@@ -223,11 +241,13 @@ impl Executor {
                 internal_url: internal_url.clone(),
                 members: members.clone(),
                 invocations: invocations.clone(),
+                views: views.clone(),
             }),
         );
         Executor {
             auth: Auth::new(keys, &config),
             throttle: Throttle::new(&config.throttling),
+            tracer: Arc::new(Tracer::new(&config.dashboard)),
             config,
             node_id,
             router,
@@ -237,6 +257,7 @@ impl Executor {
             internal_url,
             members,
             invocations,
+            views,
         }
     }
 
@@ -248,6 +269,31 @@ impl Executor {
     /// Where client invocations passed on by other nodes go (set once, by Default mode).
     pub(crate) fn set_remote_invocations(&self, invocations: Arc<dyn RemoteInvocations>) {
         let _ = self.invocations.set(invocations);
+    }
+
+    /// Who answers other nodes' dashboards here.
+    pub(crate) fn set_views(&self, views: Arc<dyn Views>) {
+        let _ = self.views.set(views);
+    }
+
+    /// The other nodes' answers to a dashboard request (JSON), those that came within
+    /// `cluster.ask_timeout`; none on a node of its own.
+    pub(crate) async fn views(&self, request: String) -> Vec<String> {
+        if !self.in_cluster() {
+            return Vec::new();
+        }
+        let hub = HubName::new("switchyard", None).expect("a valid hub name");
+        let gathered = self
+            .ask(&hub, Channel::All, Question::View(request), |_| false)
+            .await;
+        gathered
+            .answers
+            .into_iter()
+            .filter_map(|answer| match answer {
+                Answer::View(json) => Some(json),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Tells the other nodes this node is alive (or leaving), and which app servers it holds
@@ -292,6 +338,11 @@ impl Executor {
     /// Token checks against this service's keys, origins and token lifetime cap.
     pub(crate) fn auth(&self) -> &Auth {
         &self.auth
+    }
+
+    /// The live trace (off unless an operator switched it on for a hub).
+    pub(crate) fn tracer(&self) -> &Arc<Tracer> {
+        &self.tracer
     }
 
     /// Connect and REST rates, negotiates and handshakes in progress.
@@ -737,6 +788,9 @@ impl Executor {
         if payloads.is_empty() {
             return;
         }
+        if self.tracer.on() {
+            self.trace_send(hub, &target, &payloads);
+        }
         // A connection this node holds is its channel's only reader: the copy through Redis
         // would only come back to be dropped (measured: ~25 µs of service and ~15 µs of Redis
         // CPU per message). Delivered here, in order with everything else this node publishes,
@@ -768,6 +822,27 @@ impl Executor {
                 payloads,
             },
         );
+    }
+
+    /// A send, in the live trace of its hub (one event for all its recipients).
+    #[cold]
+    fn trace_send(&self, hub: &HubName, target: &Target, payloads: &Payloads) {
+        // One protocol's encoding tells what was sent; JSON reads best.
+        let shown = [Format::Json, Format::MessagePack]
+            .into_iter()
+            .find_map(|format| Some((format, payloads.get(&format.protocol())?)));
+        let Some((format, payload)) = shown else {
+            return;
+        };
+        for body in bodies(format, payload) {
+            self.tracer.emit(hub, || {
+                let mut event = TraceEvent::new("message");
+                event.direction = Some("out");
+                event.to = Some(describe_target(target));
+                self.tracer.describe(&mut event, format, body);
+                event
+            });
+        }
     }
 
     /// Encodes a non-blocking invocation once for each service-encoded protocol that the hub's

@@ -29,6 +29,7 @@ mod client;
 pub mod command;
 pub mod config;
 mod cors;
+pub mod dashboard;
 mod default_mode;
 pub mod executor;
 mod forward;
@@ -47,6 +48,7 @@ mod rest;
 mod server;
 mod throttle;
 mod tls;
+mod trace;
 mod upstream;
 
 pub use command::{Check, Command, Missing};
@@ -79,6 +81,7 @@ pub struct Node {
     executor: Arc<Executor>,
     clients: Arc<Clients>,
     app_servers: Arc<AppServers>,
+    dashboard: Arc<dashboard::Dashboard>,
     pub metrics: Arc<Metrics>,
     /// A backplane probe is in flight (at most one at a time).
     probing: AtomicBool,
@@ -120,7 +123,12 @@ impl Node {
             settings.limits.max_client_connections,
         );
         let instance = executor.members().instance().to_string();
-        let default_mode = Arc::new(DefaultMode::new(executor.config(), instance, &metrics));
+        let default_mode = Arc::new(DefaultMode::new(
+            executor.config(),
+            instance,
+            &metrics,
+            executor.tracer().clone(),
+        ));
         executor.set_remote_invocations(default_mode.clone());
         let upstream = Upstream::new(executor.config(), executor.keys().clone(), metrics.clone());
         let clients = Arc::new(Clients::new(
@@ -133,10 +141,17 @@ impl Node {
             default_mode,
             forwarder: forward::Forwarder::new(),
         });
+        let dashboard = Arc::new(dashboard::Dashboard::new(
+            executor.clone(),
+            clients.clone(),
+            app_servers.clone(),
+        ));
+        executor.set_views(Arc::new(dashboard::RemoteViews(Arc::downgrade(&dashboard))));
         Arc::new(Node {
             executor,
             clients,
             app_servers,
+            dashboard,
             metrics,
             probing: AtomicBool::new(false),
             resync: parking_lot::Mutex::default(),
@@ -190,6 +205,7 @@ impl Node {
             process::update();
             self.clients.check_timers();
             self.executor.throttle().sweep();
+            self.executor.tracer().sweep(Instant::now());
             let now = Instant::now();
             self.executor.sweep(now);
             self.app_servers.default_mode.sweep(now);
@@ -360,6 +376,9 @@ fn app_routes(node: &Arc<Node>, with_metrics: bool) -> HttpRouter {
         .merge(server::routes().with_state(node.app_servers.clone()));
     if with_metrics {
         router = router.merge(metrics_routes(node));
+    }
+    if config.dashboard.enabled {
+        router = router.merge(dashboard::routes().with_state(node.dashboard.clone()));
     }
     router
         .fallback(no_route)

@@ -120,6 +120,16 @@ impl Hub {
         self.users.iter().map(|shard| shard.read().len()).sum()
     }
 
+    /// The groups with at least one connection on this node, if there are at most `max`.
+    pub fn group_names(&self, max: usize) -> Option<Vec<GroupName>> {
+        names(&self.groups, max)
+    }
+
+    /// The users with at least one connection on this node, if there are at most `max`.
+    pub fn user_ids(&self, max: usize) -> Option<Vec<UserId>> {
+        names(&self.users, max)
+    }
+
     /// Hub messages into and out of this hub's connections on this node.
     pub fn traffic(&self) -> &Traffic {
         &self.traffic
@@ -730,4 +740,17 @@ impl<'a> Exclusions<'a> {
             Exclusions::Many(set) => set.contains(id.as_str()),
         }
     }
+}
+
+/// The keys of a sharded index, unless there are more than `max`.
+fn names<K: Clone, V>(index: &Sharded<HashMap<K, V>>, max: usize) -> Option<Vec<K>> {
+    let mut all = Vec::new();
+    for shard in index.iter() {
+        let shard = shard.read();
+        if all.len() + shard.len() > max {
+            return None;
+        }
+        all.extend(shard.keys().cloned());
+    }
+    Some(all)
 }

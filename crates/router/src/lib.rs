@@ -243,8 +243,8 @@ impl Router {
             Question::UserJoinGroup { .. } | Question::Address | Question::UserGroups { .. } => {
                 Answer::Yes
             }
-            // App servers are not the router's: the node answers this one itself.
-            Question::Invoke { .. } => Answer::No,
+            // App servers and the dashboard are not the router's: the node answers these itself.
+            Question::Invoke { .. } | Question::View(_) => Answer::No,
         }
     }
 

@@ -128,12 +128,16 @@ struct TokenArgs {
     #[command(flatten)]
     settings: SettingsArgs,
     /// Hub the token is for (its audience is `{endpoint}/client/?hub={hub}`).
-    #[arg(long, required_unless_present = "audience")]
+    #[arg(long, required_unless_present_any = ["audience", "admin"])]
     hub: Option<String>,
     /// Use this audience instead, e.g. a REST URL such as
     /// http://127.0.0.1:8888/api/hubs/chat/:send (REST tokens name the request URL).
-    #[arg(long, conflicts_with = "hub")]
+    #[arg(long, conflicts_with_all = ["hub", "admin"])]
     audience: Option<String>,
+    /// An operator token for the dashboard (audience `{endpoint}/dashboard`, claim
+    /// role=admin); prints the address that opens the dashboard with it.
+    #[arg(long, conflicts_with = "hub")]
+    admin: bool,
     /// User id (the `asrs.s.uid` and `nameid` claims).
     #[arg(long)]
     user: Option<String>,
@@ -349,9 +353,18 @@ fn token(args: TokenArgs) -> Result<(), String> {
     let audience = match (&args.audience, &args.hub) {
         (Some(audience), _) => audience.clone(),
         (None, Some(hub)) => client_audience(&base, hub),
-        (None, None) => return Err("either --hub or --audience is required".into()),
+        (None, None) if args.admin => format!(
+            "{}{}",
+            endpoint.trim_end_matches('/'),
+            switchyard_node::dashboard::DASHBOARD_PATH
+        ),
+        (None, None) => return Err("one of --hub, --audience or --admin is required".into()),
     };
     let mut builder = TokenBuilder::new(audience.clone()).lifetime(args.ttl);
+    if args.admin {
+        let (claim, value) = switchyard_node::dashboard::ADMIN_ROLE;
+        builder = builder.claim(claim, value);
+    }
     if let Some(user) = &args.user {
         builder = builder
             .claim("asrs.s.uid", user.clone())
@@ -372,6 +385,19 @@ fn token(args: TokenArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .as_secs() as i64;
     let token = builder.sign(&key, now);
+    if args.admin {
+        // The page takes the token from its address once, then drops it from the address bar.
+        let open = format!("{audience}?access_token={token}");
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"url": open, "audience": audience, "accessToken": token})
+            );
+        } else {
+            println!("{open}");
+        }
+        return Ok(());
+    }
     if args.json {
         println!(
             "{}",

@@ -7,11 +7,13 @@
 //! - [`http`]: [`Http`], raw long-polling and Server-Sent Events requests.
 //! - [`app_server`]: [`AppServer`], raw service-protocol frames to `/server`.
 //! - [`raw_client`]: [`RawClient`], a raw WebSocket SignalR client; [`Msg`].
+//! - [`admin`]: [`Admin`], a session on a node's dashboard admin hub.
 //! - [`redis`]: [`RedisServer`], a real `redis-server` on a free port; [`RedisCluster`], a
 //!   real Redis Cluster of several.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod admin;
 pub mod app_server;
 pub mod http;
 pub mod raw_client;
@@ -19,6 +21,7 @@ pub mod redis;
 pub mod server;
 pub mod wait;
 
+pub use admin::{hub_of, Admin};
 pub use app_server::{
     dial, dial_url, handshake_request, refused_status, AppServer, Ws, ACK_WAIT, NOT_FOUND,
     NO_DELAY, OK,

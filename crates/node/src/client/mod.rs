@@ -112,6 +112,15 @@ pub(crate) struct ClientConnection {
     stateful_offered: AtomicBool,
     /// Stateful reconnect, once the handshake agreed to it.
     resume: OnceLock<Box<Mutex<resume::Resume>>>,
+    /// Who connected, for the dashboard: set by the first transport request.
+    peer: OnceLock<Box<Peer>>,
+}
+
+/// Where a client connected from and with what, as its first transport request said.
+pub(crate) struct Peer {
+    pub(crate) address: Option<std::net::IpAddr>,
+    /// Shared between the connections that send the same one (`Clients::user_agent`).
+    pub(crate) user_agent: Option<Arc<str>>,
 }
 
 impl ClientConnection {
@@ -179,12 +188,24 @@ impl ClientConnection {
             upstream,
             stateful_offered: AtomicBool::new(false),
             resume: OnceLock::new(),
+            peer: OnceLock::new(),
         })
     }
 
     /// Keeps what the connect request looked like, for the app server (Default mode) or the
     /// upstream (serverless).
     pub(crate) fn set_connect_info(&self, clients: &Clients, request: &axum::http::request::Parts) {
+        if self.peer.get().is_none() {
+            let user_agent = request
+                .headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(|agent| clients.user_agent(agent));
+            let _ = self.peer.set(Box::new(Peer {
+                address: crate::http::client_ip(request, clients.config()),
+                user_agent,
+            }));
+        }
         if let Some(upstream) = &self.upstream {
             upstream.capture(&request.uri);
         }
@@ -205,6 +226,21 @@ impl ClientConnection {
 
     pub(crate) fn transport(&self) -> Option<Transport> {
         self.transport.get().copied()
+    }
+
+    /// Where the client connected from, once a transport request came.
+    pub(crate) fn peer(&self) -> Option<&Peer> {
+        self.peer.get().map(|peer| &**peer)
+    }
+
+    /// When the connection was made, on the node's clock (`Clients::now_ms`).
+    pub(crate) fn created_ms(&self) -> u64 {
+        self.created_ms
+    }
+
+    /// When the connection was made (negotiate or direct connect), unix milliseconds.
+    pub(crate) fn created_unix_ms(&self, clients: &Clients) -> i64 {
+        switchyard_core::clock::unix_now_ms() - (clients.now_ms() - self.created_ms) as i64
     }
 
     /// Fixes the transport on the first transport request. Err(response) if another one was
@@ -510,7 +546,30 @@ pub(crate) fn authorize_client(
     request: &axum::http::request::Parts,
     query: &Query,
 ) -> Result<(HubName, VerifiedToken), TextError> {
-    authorize_hub(clients.executor.auth(), request, query, "/client/")
+    let authorized = authorize_hub(clients.executor.auth(), request, query, "/client/");
+    if let Err(refusal) = &authorized {
+        if clients.executor.tracer().on() {
+            trace_refusal(clients, query, refusal);
+        }
+    }
+    authorized
+}
+
+/// A refused token, in the live trace of the hub it asked for.
+#[cold]
+fn trace_refusal(clients: &Clients, query: &Query, refusal: &TextError) {
+    let Some(hub) = query
+        .get("hub")
+        .and_then(|hub| HubName::new(hub, None).ok())
+    else {
+        return;
+    };
+    clients.executor.tracer().emit(&hub, || {
+        let mut event = crate::trace::TraceEvent::new("error");
+        event.reason = Some("auth_failed");
+        event.detail = Some(refusal.message.clone());
+        event
+    });
 }
 
 /// The node that holds connection `id`, when it is not this one and the request may be passed

@@ -42,7 +42,14 @@ pub(crate) struct Clients {
     /// Passes requests for other nodes' connections on to them (a cluster without sticky
     /// sessions).
     pub(crate) forwarder: Forwarder,
+    /// User agents, kept once for all the connections that send the same one.
+    user_agents: Mutex<HashSet<Arc<str>>>,
 }
+
+/// Distinct user agents kept shared; past it each connection keeps its own copy.
+const USER_AGENTS: usize = 1_000;
+/// Longest user agent kept (the rest is cut).
+const USER_AGENT_LENGTH: usize = 256;
 
 #[derive(Default)]
 struct Pending {
@@ -115,7 +122,26 @@ impl Clients {
             connected: AtomicUsize::new(0),
             pending: Mutex::new(Pending::default()),
             forwarder: Forwarder::new(),
+            user_agents: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The shared copy of a user agent (cut to [`USER_AGENT_LENGTH`]).
+    pub(crate) fn user_agent(&self, agent: &str) -> Arc<str> {
+        let mut end = agent.len().min(USER_AGENT_LENGTH);
+        while !agent.is_char_boundary(end) {
+            end -= 1;
+        }
+        let agent = &agent[..end];
+        let mut known = self.user_agents.lock();
+        if let Some(shared) = known.get(agent) {
+            return shared.clone();
+        }
+        let new: Arc<str> = agent.into();
+        if known.len() < USER_AGENTS {
+            known.insert(new.clone());
+        }
+        new
     }
 
     pub(crate) fn config(&self) -> &ValidConfig {
@@ -322,9 +348,16 @@ impl Clients {
                 reason: reason.code(),
             })
             .inc();
+        if self.executor.tracer().on() {
+            client.trace(self, "disconnected", |event| {
+                event.reason = Some(reason.code());
+                event.detail = reason.close_error();
+            });
+        }
     }
 
-    fn all(&self) -> Vec<Arc<ClientConnection>> {
+    /// Every connection of this node (the dashboard's list).
+    pub(crate) fn all(&self) -> Vec<Arc<ClientConnection>> {
         self.table
             .read()
             .iter()

@@ -22,6 +22,7 @@ use super::resume::{Incoming, Resume};
 use super::{ClientConnection, Clients, Transport};
 use crate::default_mode::{Forwarded, LinkedClient};
 use crate::http::text_error;
+use crate::trace::TraceEvent;
 
 /// Parse state of what the client sent so far.
 pub(crate) struct Inbound {
@@ -112,6 +113,11 @@ impl ClientConnection {
             match self.handshake(clients, &mut inbound.buffer)? {
                 Some((splitter, forward)) => {
                     clients.handshake_arrived(self);
+                    if clients.executor.tracer().on() {
+                        self.trace(clients, "connected", |event| {
+                            event.protocol = Some(splitter.format().name());
+                        });
+                    }
                     inbound.splitter = Some(splitter);
                     inbound.forward = forward;
                     if let (false, Some(upstream)) = (forward, &clients.upstream) {
@@ -137,6 +143,9 @@ impl ClientConnection {
             clients.metrics().messages_received.inc();
             let message = peek(format, frame.body())
                 .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+            if clients.executor.tracer().on() {
+                self.trace_inbound(clients, format, message.message_type, frame.body());
+            }
             if self.sequence(clients, &message)? == Incoming::Skip {
                 continue;
             }
@@ -203,6 +212,9 @@ impl ClientConnection {
                     break;
                 }
             };
+            if clients.executor.tracer().on() {
+                self.trace_inbound(clients, format, message.message_type, frame.body());
+            }
             match self.sequence(clients, &message) {
                 Ok(Incoming::Process) => {}
                 Ok(Incoming::Skip) => continue,
@@ -400,6 +412,39 @@ impl ClientConnection {
             return Err(CloseReason::AppServerGone);
         }
         Ok(())
+    }
+
+    /// An event of this connection, in the live trace of its hub.
+    #[cold]
+    pub(crate) fn trace(
+        &self,
+        clients: &Clients,
+        kind: &'static str,
+        fill: impl FnOnce(&mut TraceEvent),
+    ) {
+        clients.executor.tracer().emit(self.hub.name(), || {
+            let mut event = TraceEvent::new(kind);
+            event.connection_id = Some(self.connection.id().to_string());
+            event.user_id = self.connection.user().map(|user| user.to_string());
+            event.transport = self.transport().map(Transport::name);
+            fill(&mut event);
+            event
+        });
+    }
+
+    /// A message from the client, in the live trace (not its pings, acks and sequences).
+    #[cold]
+    fn trace_inbound(&self, clients: &Clients, format: Format, message_type: u8, body: &[u8]) {
+        if matches!(
+            message_type,
+            message_type::PING | message_type::ACK | message_type::SEQUENCE
+        ) {
+            return;
+        }
+        self.trace(clients, "message", |event| {
+            event.direction = Some("in");
+            clients.executor.tracer().describe(event, format, body);
+        });
     }
 
     /// Default mode: the app server's handshake response went out to the client.

@@ -62,6 +62,8 @@ pub struct Config {
     pub throttling: Throttling,
     /// What `/metrics` exports. See [`MetricsSettings`].
     pub metrics: MetricsSettings,
+    /// The operator's view at `/dashboard` and its live trace. See [`Dashboard`].
+    pub dashboard: Dashboard,
 }
 
 /// `/metrics` settings.
@@ -80,6 +82,62 @@ impl Default for MetricsSettings {
         MetricsSettings {
             max_hub_series: 100,
         }
+    }
+}
+
+/// The dashboard at `/dashboard`: a page embedded in the binary that gets live data over
+/// SignalR from the service's own admin hub (`/dashboard/hub`), and the live trace. Only
+/// operators get in: a token whose audience is `{endpoint}/dashboard`, signed with an access
+/// key and carrying the claim `role=admin` (`switchyard token --admin`), or signed with
+/// `key`. In development mode (no access key, loopback only) it is open.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Dashboard {
+    /// Serve the dashboard and the admin hub. Default true.
+    pub enabled: bool,
+    /// A key that signs dashboard tokens only (for operators who must not hold the access
+    /// key); its tokens need no role claim. Default: unset.
+    pub key: Option<String>,
+    /// Live trace events carry the first `trace_preview_bytes` of each message's payload.
+    /// Default false: payloads are the users' data.
+    pub trace_payloads: bool,
+    /// How much of a payload a trace event shows, when `trace_payloads` is on. Default 256.
+    pub trace_preview_bytes: usize,
+    /// Longest a live trace runs before it switches itself off; the page may ask for less.
+    /// Default 10m, at most 24h.
+    #[serde(with = "humantime_serde")]
+    pub max_trace_duration: Duration,
+}
+
+impl Default for Dashboard {
+    fn default() -> Self {
+        Dashboard {
+            enabled: true,
+            key: None,
+            trace_payloads: false,
+            trace_preview_bytes: 256,
+            max_trace_duration: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Dashboard {
+    fn validate(&self) -> Result<(), String> {
+        if self.max_trace_duration < Duration::from_secs(1)
+            || self.max_trace_duration > Duration::from_secs(86_400)
+        {
+            return Err(format!(
+                "dashboard.max_trace_duration must be between 1s and 24h (got {:?})",
+                self.max_trace_duration
+            ));
+        }
+        if self.trace_preview_bytes > 64 * 1024 {
+            return Err("dashboard.trace_preview_bytes must be at most 65536".into());
+        }
+        if self.key.as_ref().is_some_and(|key| key.len() < 32) {
+            return Err("dashboard.key must be at least 32 characters".into());
+        }
+        Ok(())
     }
 }
 
@@ -598,6 +656,7 @@ impl Default for Config {
             cluster: Cluster::default(),
             stateful_reconnect: StatefulReconnect::default(),
             throttling: Throttling::default(),
+            dashboard: Dashboard::default(),
             tls: Tls::default(),
             metrics: MetricsSettings::default(),
         }
@@ -708,6 +767,7 @@ impl Config {
             .validate()
             .map_err(ConfigError::Invalid)?;
         self.throttling.validate().map_err(ConfigError::Invalid)?;
+        self.dashboard.validate().map_err(ConfigError::Invalid)?;
         if self.development_mode() && !self.listen.ip().is_loopback() {
             return Err(ConfigError::Invalid(format!(
                 "refusing to listen on non-loopback address {} in development mode (no access key \

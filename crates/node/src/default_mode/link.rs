@@ -19,6 +19,7 @@ use switchyard_service_protocol::{
 
 use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
 use crate::budget::{ByteBudget, Charge};
+use crate::trace::{bodies, TraceEvent};
 
 /// The SDK reads these headers of OpenConnection / CloseConnection.
 const MIGRATE_FROM: &str = "Asrs-Migrate-From";
@@ -454,6 +455,9 @@ fn relay_error(error: FrameError, max: usize) -> CloseReason {
 impl DefaultMode {
     /// ConnectionData from an app server for one of its clients.
     pub(crate) fn relay(&self, client: &dyn LinkedClient, payload: Bytes) {
+        if self.tracer.on() {
+            self.trace_relay(client, &payload);
+        }
         let result = match client.link().lock().as_mut() {
             Some(link) => link
                 .relay(self.max_server_message_size, client, payload)
@@ -471,6 +475,30 @@ impl DefaultMode {
         };
         if let Err(reason) = result {
             client.connection().close(reason);
+        }
+    }
+
+    /// What an app server sends one client, in the live trace: the whole messages of this
+    /// piece (not the piece that carries the handshake response, which is no hub message).
+    #[cold]
+    fn trace_relay(&self, client: &dyn LinkedClient, payload: &[u8]) {
+        if !client.handshake_done() {
+            return;
+        }
+        let connection = client.connection();
+        let format = connection
+            .protocol()
+            .and_then(Format::for_relay)
+            .unwrap_or(Format::Json);
+        for body in bodies(format, payload) {
+            self.tracer.emit(client.hub().name(), || {
+                let mut event = TraceEvent::new("message");
+                event.direction = Some("out");
+                event.connection_id = Some(connection.id().to_string());
+                event.to = Some(format!("connection:{}", connection.id()));
+                self.tracer.describe(&mut event, format, body);
+                event
+            });
         }
     }
 
@@ -584,6 +612,7 @@ pub(crate) fn close_if_pinned(client: &dyn LinkedClient, from: &Arc<ServerConnec
 
 #[cfg(test)]
 mod tests {
+    use crate::trace::Tracer;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use parking_lot::Mutex;
@@ -670,7 +699,12 @@ mod tests {
     /// two connection tasks at once): the second must not pin the client a second time.
     #[test]
     fn a_stale_second_migration_leaves_the_client_on_one_connection() {
-        let default_mode = DefaultMode::new(&Config::default(), "n1".into(), &Default::default());
+        let default_mode = DefaultMode::new(
+            &Config::default(),
+            "n1".into(),
+            &Default::default(),
+            Arc::new(Tracer::new(&Default::default())),
+        );
         let hub = HubName::new("chat", None).unwrap();
         let register = |server_id| {
             ServerConnection::register_detached(
@@ -728,7 +762,12 @@ mod tests {
     /// pause once, and to resume once the transport wrote the backlog.
     #[test]
     fn a_backed_up_client_pauses_its_app_server_until_the_backlog_is_written() {
-        let default_mode = DefaultMode::new(&Config::default(), "n1".into(), &Default::default());
+        let default_mode = DefaultMode::new(
+            &Config::default(),
+            "n1".into(),
+            &Default::default(),
+            Arc::new(Tracer::new(&Default::default())),
+        );
         let hub = HubName::new("chat", None).unwrap();
         let server = ServerConnection::register_detached(&default_mode.servers, hub, "A", 1 << 20);
         let client = opened_client(&default_mode, &server, 1000);

@@ -30,6 +30,7 @@ pub(crate) use servers::{ConnectionKind, Forwarded, ServerConnection, Servers};
 use crate::budget::{ByteBudget, Full, Slot, Slots};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::trace::Tracer;
 use invocations::Invocations;
 
 /// What Default mode needs of a client connection.
@@ -66,12 +67,20 @@ pub(crate) struct DefaultMode {
     /// App-server connections, in all and per hub (`limits.max_server_connections*`).
     server_slots: Arc<Slots<HubName>>,
     metrics: Arc<Metrics>,
+    /// What app servers send their clients shows in the live trace.
+    tracer: Arc<Tracer>,
 }
 
 impl DefaultMode {
-    pub(crate) fn new(config: &Config, instance_id: String, metrics: &Arc<Metrics>) -> DefaultMode {
+    pub(crate) fn new(
+        config: &Config,
+        instance_id: String,
+        metrics: &Arc<Metrics>,
+        tracer: Arc<Tracer>,
+    ) -> DefaultMode {
         let limits = &config.limits;
         DefaultMode {
+            tracer,
             servers: Servers::default(),
             invocations: Invocations::new(limits.max_pending_invocations),
             relay_budget: ByteBudget::new(
