@@ -15,6 +15,10 @@ pub enum CloseReason {
     HandshakeTimeout,
     /// The client broke the protocol; the text says how.
     ProtocolError(String),
+    /// The socket failed under the connection (reset, broken pipe, TLS or other IO error,
+    /// or the peer vanished without a close): a network or client crash, not a protocol
+    /// violation. The text is the error.
+    SocketError(String),
     /// A message from the client was larger than the configured maximum.
     MessageTooLarge { size: usize, limit: usize },
     /// The access token expired (`asrs.s.coae`).
@@ -43,6 +47,7 @@ impl CloseReason {
             CloseReason::ClientTimeout => "client_timeout",
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::ProtocolError(_) => "protocol_error",
+            CloseReason::SocketError(_) => "socket_error",
             CloseReason::MessageTooLarge { .. } => "message_too_large",
             CloseReason::AuthExpired => "auth_expired",
             CloseReason::ClosedByApi(_) => "closed_by_api",
@@ -72,6 +77,7 @@ impl CloseReason {
             | CloseReason::InvocationNotSupported
             | CloseReason::Inactive => false,
             CloseReason::SlowConsumer { .. }
+            | CloseReason::SocketError(_)
             | CloseReason::ClientTimeout
             | CloseReason::HandshakeTimeout
             | CloseReason::AuthExpired
@@ -99,6 +105,7 @@ impl fmt::Display for CloseReason {
             ),
             CloseReason::HandshakeTimeout => f.write_str("handshake was not completed in time"),
             CloseReason::ProtocolError(text) => write!(f, "protocol error: {text}"),
+            CloseReason::SocketError(text) => write!(f, "socket error: {text}"),
             CloseReason::MessageTooLarge { size, limit } => write!(
                 f,
                 "the maximum message size of {limit}B was exceeded ({size}B)"

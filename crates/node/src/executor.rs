@@ -64,6 +64,8 @@ pub struct Executor {
     views: ViewsSlot,
     throttle: Throttle,
     tracer: Arc<Tracer>,
+    /// Refused connects' log lines (an outsider can cause them at will).
+    refusal_log: crate::logs::Gate,
 }
 
 /// Subscribes this node to a channel while it has a local member.
@@ -248,6 +250,7 @@ impl Executor {
             auth: Auth::new(keys, &config),
             throttle: Throttle::new(&config.throttling),
             tracer: Arc::new(Tracer::new(&config.dashboard)),
+            refusal_log: crate::logs::Gate::new(crate::logs::REFUSALS_PER_SECOND),
             config,
             node_id,
             router,
@@ -346,6 +349,11 @@ impl Executor {
     }
 
     /// Connect and REST rates, negotiates and handshakes in progress.
+    /// Lets through a few refused-connect log lines a second.
+    pub(crate) fn refusal_log(&self) -> &crate::logs::Gate {
+        &self.refusal_log
+    }
+
     pub(crate) fn throttle(&self) -> &Throttle {
         &self.throttle
     }

@@ -241,15 +241,16 @@ pub(crate) fn authorize_hub(
     request: &axum::http::request::Parts,
     query: &Query,
     path: &str,
-) -> Result<(HubName, VerifiedToken), TextError> {
+) -> Result<(HubName, VerifiedToken), Unauthorized> {
     if query.count("hub") != 1 {
-        return Err(TextError::new(
+        return Err(Unauthorized::Request(TextError::new(
             StatusCode::BAD_REQUEST,
             "exactly one 'hub' query parameter is required",
-        ));
+        )));
     }
-    let hub = HubName::new(query.get("hub").unwrap_or_default(), None)
-        .map_err(|e| TextError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let hub = HubName::new(query.get("hub").unwrap_or_default(), None).map_err(|e| {
+        Unauthorized::Request(TextError::new(StatusCode::BAD_REQUEST, e.to_string()))
+    })?;
     let audience_query = format!("hub={}", hub.as_str());
     let token = auth
         .authenticate(
@@ -258,6 +259,39 @@ pub(crate) fn authorize_hub(
             Some(&audience_query),
             &Strictness::default(),
         )
-        .map_err(|e| TextError::new(StatusCode::UNAUTHORIZED, e.to_string()))?;
+        .map_err(|error| Unauthorized::Token {
+            hub: hub.clone(),
+            error,
+        })?;
     Ok((hub, token))
+}
+
+/// Why [`authorize_hub`] refused a request: kept apart so that token failures can be counted
+/// and logged as refused connects.
+pub(crate) enum Unauthorized {
+    /// A bad request (no hub, a bad hub name): 400.
+    Request(TextError),
+    /// The token is missing or does not pass: 401.
+    Token { hub: HubName, error: AuthError },
+}
+
+impl Unauthorized {
+    /// The stable reason of a token failure, for logs and the
+    /// `switchyard_client_connections_refused_total{reason}` label.
+    pub(crate) fn reason(error: &AuthError) -> &'static str {
+        match error {
+            AuthError::Expired => "token_expired",
+            AuthError::WrongAudience { .. } => "wrong_audience",
+            _ => "token_invalid",
+        }
+    }
+
+    pub(crate) fn into_error(self) -> TextError {
+        match self {
+            Unauthorized::Request(error) => error,
+            Unauthorized::Token { error, .. } => {
+                TextError::new(StatusCode::UNAUTHORIZED, error.to_string())
+            }
+        }
+    }
 }

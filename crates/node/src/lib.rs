@@ -7,7 +7,8 @@
 //!    read at scrape time, and [`process`], the CPU and memory sampler), `budget` (node-wide
 //!    allowances given back by guards), `http` (query parsing, token checks against the
 //!    keys), `cors`, `throttle` (rates and work-in-progress bounds), `tls` (certificate
-//!    files, reloaded in place).
+//!    files, reloaded in place), `logs` (the operator's log lines: stable names, refusals
+//!    rate-limited).
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
 //!    miss), `asks` (questions to other nodes, waiting for their answers), `members` (which
 //!    nodes are alive, from their heartbeats), [`executor`] (applies commands through the
@@ -41,6 +42,7 @@ mod fuzz_support;
 pub mod fuzzing;
 mod http;
 mod listener;
+mod logs;
 mod members;
 pub mod metrics;
 pub mod process;

@@ -113,6 +113,10 @@ pub struct Metrics {
     /// Per-hub connections and traffic, server load: read at scrape time (see
     /// [`crate::azure_metrics`]).
     pub azure: Arc<AzureMetrics>,
+    /// Client connects (negotiate or transport) refused for their token, by reason:
+    /// `token_invalid`, `token_expired`, `wrong_audience`. (Throttling refusals are in
+    /// `throttled`.)
+    pub client_connections_refused: Family<ReasonLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -152,7 +156,7 @@ impl Default for Metrics {
         );
         registry.register(
             "client_connections_closed",
-            "Client connections ended, by close reason",
+            "Client connections ended, by close reason (client_closed, socket_error, client_timeout, slow_consumer, protocol_error, app_server_gone, ...)",
             connections_closed.clone(),
         );
         registry.register(
@@ -292,9 +296,16 @@ impl Default for Metrics {
         );
         let azure = Arc::new(AzureMetrics::default());
         registry.register_collector(azure.collector());
+        let client_connections_refused = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "client_connections_refused",
+            "Client connects refused for their access token, by reason (token_invalid, token_expired, wrong_audience)",
+            client_connections_refused.clone(),
+        );
         Metrics {
             azure,
             registry,
+            client_connections_refused,
             throttled,
             tls_reloads,
             tls_handshake_failures,

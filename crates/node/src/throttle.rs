@@ -158,7 +158,7 @@ pub(crate) enum Throttled {
 }
 
 impl Throttled {
-    fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Throttled::ConnectNode => "connect_node",
             Throttled::ConnectAddress => "connect_address",

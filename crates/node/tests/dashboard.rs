@@ -320,7 +320,7 @@ async fn a_live_trace_streams_a_hubs_events_and_ends_by_itself() {
         ["error", "connected", "message", "message", "disconnected"],
         "{seen:?}"
     );
-    assert_eq!(seen[0]["reason"], "auth_failed");
+    assert_eq!(seen[0]["reason"], "token_invalid");
     let seen = &seen[1..];
     assert_eq!(seen[0]["connectionId"], id.as_str());
     assert_eq!(seen[0]["userId"], "ada");

@@ -121,6 +121,10 @@ struct ConnectionStringArgs {
 struct ServeArgs {
     #[command(flatten)]
     settings: SettingsArgs,
+    /// Log lines on stderr as text (colours only on a terminal) or json (one object a line);
+    /// replaces log.format [default: text].
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
 }
 
 #[derive(Args)]
@@ -244,15 +248,39 @@ fn connection_string(endpoint: &str, key: &str) -> String {
     }
 }
 
-fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = load(&args.settings)?;
-    tracing_subscriber::fmt()
+/// Logs go to stderr (stdout carries the connection string), filtered by `SWITCHYARD_LOG`.
+fn init_logging(log: &switchyard_node::config::Log) {
+    use std::io::IsTerminal;
+    use switchyard_node::config::LogFormat;
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match log.format {
+        // Colour codes only for a person at a terminal: in files and journals they are noise.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .init(),
+        // The event's fields at the top level, where log pipelines look for them; the span
+        // (an app server's hub and id) as `span`.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let mut settings = args.settings;
+    if let Some(format) = args.log_format {
+        settings.set.push(format!("log.format={format}"));
+    }
+    let config = load(&settings)?;
+    init_logging(&config.log);
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)

@@ -209,6 +209,32 @@ mod tests {
     }
 
     #[test]
+    fn the_log_section_comes_from_file_env_and_flags() {
+        use switchyard_node::config::LogFormat;
+        let config = assemble(
+            Some(("[log]\nformat = \"json\"\nmessages = true\n", "a.toml")),
+            env(&[]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert!(config.log.messages);
+        let config = assemble(
+            None,
+            env(&[
+                ("SWITCHYARD_LOG_FORMAT", "json"),
+                ("SWITCHYARD_LOG", "debug"),
+            ]),
+            &[("log.format".into(), "text".into())],
+        )
+        .unwrap();
+        assert_eq!(config.log.format, LogFormat::Text);
+        assert!(!config.log.messages);
+        let err = assemble(None, env(&[("SWITCHYARD_LOG_FORMAT", "xml")]), &[]).unwrap_err();
+        assert!(err.contains("xml"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_errors() {
         let err = assemble(Some(("lisen = \"x\"", "a.toml")), env(&[]), &[]).unwrap_err();
         assert!(err.contains("lisen"), "{err}");

@@ -122,6 +122,7 @@ async fn wait_for_data(
     };
     match next {
         Batch::Frames => {
+            client.log_outbound(clients, &batch);
             // Taken whole: the queue is empty, so a paused app server may go on.
             client.backlog_written();
             let body = if batch.len() == 1 {

@@ -31,7 +31,9 @@ use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
 use switchyard_router::{Connection, Hub};
 
 use crate::default_mode::{ConnectInfo, DefaultLink, LinkedClient};
-use crate::http::{authorize_hub, is_websocket_upgrade, text_error, Query, TextError};
+use crate::http::{
+    authorize_hub, is_websocket_upgrade, text_error, Query, TextError, Unauthorized,
+};
 use crate::upstream::{ClientUpstream, UpstreamClient};
 
 pub(crate) use session::Inbound;
@@ -529,7 +531,17 @@ pub(crate) fn throttle_connect(
         .executor
         .throttle()
         .connect(source, clients.metrics())
-        .map_err(TextError::throttled)
+        .map_err(|refusal| {
+            crate::logs::refused(
+                clients.executor.refusal_log(),
+                "client",
+                None,
+                refusal.why.kind(),
+                refusal.why.message(),
+                source,
+            );
+            TextError::throttled(refusal)
+        })
 }
 
 pub(crate) fn routes() -> axum::Router<Arc<Clients>> {
@@ -546,28 +558,37 @@ pub(crate) fn authorize_client(
     request: &axum::http::request::Parts,
     query: &Query,
 ) -> Result<(HubName, VerifiedToken), TextError> {
-    let authorized = authorize_hub(clients.executor.auth(), request, query, "/client/");
-    if let Err(refusal) = &authorized {
-        if clients.executor.tracer().on() {
-            trace_refusal(clients, query, refusal);
+    authorize_hub(clients.executor.auth(), request, query, "/client/").map_err(|refusal| {
+        if let Unauthorized::Token { hub, error } = &refusal {
+            let reason = Unauthorized::reason(error);
+            clients
+                .metrics()
+                .client_connections_refused
+                .get_or_create(&crate::metrics::ReasonLabel { reason })
+                .inc();
+            crate::logs::refused(
+                clients.executor.refusal_log(),
+                "client",
+                Some(hub.as_str()),
+                reason,
+                &error.to_string(),
+                crate::http::client_ip(request, clients.config()),
+            );
+            if clients.executor.tracer().on() {
+                trace_refusal(clients, hub, reason, &error.to_string());
+            }
         }
-    }
-    authorized
+        refusal.into_error()
+    })
 }
 
 /// A refused token, in the live trace of the hub it asked for.
 #[cold]
-fn trace_refusal(clients: &Clients, query: &Query, refusal: &TextError) {
-    let Some(hub) = query
-        .get("hub")
-        .and_then(|hub| HubName::new(hub, None).ok())
-    else {
-        return;
-    };
-    clients.executor.tracer().emit(&hub, || {
+fn trace_refusal(clients: &Clients, hub: &HubName, reason: &'static str, detail: &str) {
+    clients.executor.tracer().emit(hub, || {
         let mut event = crate::trace::TraceEvent::new("error");
-        event.reason = Some("auth_failed");
-        event.detail = Some(refusal.message.clone());
+        event.reason = Some(reason);
+        event.detail = Some(detail.to_string());
         event
     });
 }

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::{clock::unix_now, CloseReason, HubName};
 
-use super::{ClientConnection, Expiry};
+use super::{ClientConnection, Expiry, Transport};
 use crate::config::{ServiceMode, ValidConfig};
 use crate::default_mode::DefaultMode;
 use crate::executor::Executor;
@@ -348,6 +348,12 @@ impl Clients {
                 reason: reason.code(),
             })
             .inc();
+        crate::logs::client_disconnected(
+            client.hub.name().as_str(),
+            client.connection.id().as_str(),
+            client.transport().map(Transport::name),
+            &reason,
+        );
         if self.executor.tracer().on() {
             client.trace(self, "disconnected", |event| {
                 event.reason = Some(reason.code());

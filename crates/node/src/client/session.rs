@@ -133,6 +133,7 @@ impl ClientConnection {
         let splitter = inbound.splitter.as_ref().expect("handshake done");
         let format = splitter.format();
         let mut traffic = Received::new(self);
+        let log_messages = clients.config().log.messages;
         loop {
             let frame = splitter
                 .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
@@ -145,6 +146,9 @@ impl ClientConnection {
                 .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
             if clients.executor.tracer().on() {
                 self.trace_inbound(clients, format, message.message_type, frame.body());
+            }
+            if log_messages {
+                self.log_inbound(&message, frame.framed.len());
             }
             if self.sequence(clients, &message)? == Incoming::Skip {
                 continue;
@@ -194,6 +198,7 @@ impl ClientConnection {
         // A bad message ends the connection, but the good ones before it still go to the app
         // server, as they would have had they arrived in an earlier read.
         let mut failure = None;
+        let log_messages = clients.config().log.messages;
         loop {
             let frame =
                 match splitter.next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned) {
@@ -214,6 +219,9 @@ impl ClientConnection {
             };
             if clients.executor.tracer().on() {
                 self.trace_inbound(clients, format, message.message_type, frame.body());
+            }
+            if log_messages {
+                self.log_inbound(&message, frame.framed.len());
             }
             match self.sequence(clients, &message) {
                 Ok(Incoming::Process) => {}
@@ -377,6 +385,7 @@ impl ClientConnection {
             return Err(CloseReason::ClientClosed);
         }
         self.handshake_done.store(true, Ordering::Relaxed);
+        self.log_connected();
         Ok(Some((FrameSplitter::new(format, max), false)))
     }
 
@@ -450,6 +459,56 @@ impl ClientConnection {
     /// Default mode: the app server's handshake response went out to the client.
     pub(crate) fn mark_handshake_done(&self) {
         self.handshake_done.store(true, Ordering::Relaxed);
+        self.log_connected();
+    }
+
+    /// Message logs (`log.messages`): one line for a message from the client (not pings).
+    #[cold]
+    fn log_inbound(&self, message: &Peek, size: usize) {
+        if message.message_type != message_type::PING {
+            crate::logs::message_in(
+                self.hub.name().as_str(),
+                self.connection.id().as_str(),
+                message.message_type,
+                message.target.as_deref(),
+                size,
+            );
+        }
+    }
+
+    /// Message logs (`log.messages`): lines for the frames a transport is about to write,
+    /// one per hub message (one per delivery: a broadcast is logged once per recipient).
+    /// A single load when they are off.
+    #[inline]
+    pub(crate) fn log_outbound(&self, clients: &Clients, batch: &[Bytes]) {
+        if clients.config().log.messages {
+            self.log_outbound_lines(batch);
+        }
+    }
+
+    #[cold]
+    fn log_outbound_lines(&self, batch: &[Bytes]) {
+        let format = self.connection.protocol().and_then(Format::for_relay);
+        for frame in batch {
+            crate::logs::messages_out(
+                self.hub.name().as_str(),
+                self.connection.id().as_str(),
+                format,
+                frame,
+            );
+        }
+    }
+
+    /// The connectivity line of a connection whose handshake succeeded.
+    fn log_connected(&self) {
+        let connection = &self.connection;
+        crate::logs::client_connected(
+            self.hub.name().as_str(),
+            connection.id().as_str(),
+            connection.user().map(|user| user.as_str()),
+            self.transport().map_or("", Transport::name),
+            connection.protocol().map_or("", |protocol| protocol.name()),
+        );
     }
 
     fn refuse_handshake(&self, error: &str) -> CloseReason {

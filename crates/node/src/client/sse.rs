@@ -89,6 +89,7 @@ impl StreamState {
         let event = tokio::select! {
             next = outbound.next_batch(&mut self.batch) => match next {
                 Batch::Frames => {
+                    client.log_outbound(&self.guard.clients, &self.batch);
                     // Taken whole: the queue is empty, so a paused app server may go on.
                     client.backlog_written();
                     format_event(std::mem::take(&mut self.batch).into_iter())

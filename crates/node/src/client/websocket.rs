@@ -287,7 +287,7 @@ fn run<'a>(
                     Some(Ok(WsMessage::Close(_))) => Step::Stop,
                     None => Step::Dropped,
                     Some(Err(_)) if client.resume().is_some() => Step::Dropped,
-                    Some(Err(error)) => break CloseReason::ProtocolError(error.to_string()),
+                    Some(Err(error)) => break read_error(error),
                 },
                 next = client.connection.outbound().next_batch_gated(&mut batch, take) => match next {
                     Batch::Frames => Step::Write,
@@ -299,6 +299,7 @@ fn run<'a>(
             match step {
                 Step::Write => {
                     track(clients, client, &batch);
+                    client.log_outbound(clients, &batch);
                     if !write_batch(socket, client, &mut batch).await {
                         return dropped(clients, client, generation);
                     }
@@ -376,6 +377,10 @@ fn schedule_ack(client: &ClientConnection, ping_due: std::pin::Pin<&mut tokio::t
 /// back; any other ends.
 fn dropped(clients: &Clients, client: &ClientConnection, generation: u64) -> Ended {
     if client.resume().is_none() || client.connection.outbound().is_closing() {
+        // A write failed or stalled past SEND_TIMEOUT (a reason given earlier stays).
+        client.connection.close(CloseReason::SocketError(
+            "writing to the socket failed".into(),
+        ));
         return Ended::Finished;
     }
     client.transport_ended(clients, generation);
@@ -437,6 +442,7 @@ async fn hold(
             Step::Ping => write_ping(socket, client).await,
             _ => {
                 track(clients, client, batch);
+                client.log_outbound(clients, batch);
                 let written = write_batch(socket, client, batch).await;
                 client.backlog_written();
                 written
@@ -498,12 +504,37 @@ async fn close(
     reason: CloseReason,
 ) {
     tracing::debug!(connection = %client.connection.id(), reason = reason.code(), "closing websocket");
+    // The reason the loop found is the connection's (the first given wins), so that its end
+    // is logged and counted with it.
+    client.connection.close(reason.clone());
+    if let CloseReason::SocketError(_) = reason {
+        // Nobody is there to read a Close message or answer a close handshake.
+        clients.finish(client);
+        return;
+    }
     if let Some(close) = client.close_frame(&reason) {
         if !feed(socket, ws_message(is_binary(client), close)).await {
             return;
         }
     }
     close_socket(clients, client, socket).await;
+}
+
+/// Why a read failed: the socket (network or TLS error, a peer gone without a close frame)
+/// or what the peer sent (a bad frame, bad UTF-8, a frame over the limit).
+fn read_error(error: axum::Error) -> CloseReason {
+    use tungstenite::error::ProtocolError;
+    use tungstenite::Error;
+    let error = error.into_inner();
+    let socket = match error.downcast_ref::<Error>() {
+        Some(Error::Io(_) | Error::Tls(_) | Error::ConnectionClosed | Error::AlreadyClosed) => true,
+        Some(Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => true,
+        _ => error.downcast_ref::<std::io::Error>().is_some(),
+    };
+    match socket {
+        true => CloseReason::SocketError(error.to_string()),
+        false => CloseReason::ProtocolError(error.to_string()),
+    }
 }
 
 /// Whether this connection's frames go out binary: MessagePack-framed connections (also

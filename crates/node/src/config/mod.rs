@@ -64,6 +64,8 @@ pub struct Config {
     pub metrics: MetricsSettings,
     /// The operator's view at `/dashboard` and its live trace. See [`Dashboard`].
     pub dashboard: Dashboard,
+    /// What is logged and how. See [`Log`].
+    pub log: Log,
 }
 
 /// `/metrics` settings.
@@ -139,6 +141,29 @@ impl Dashboard {
         }
         Ok(())
     }
+}
+
+/// Logging (the README's "Logs"). The filter is `SWITCHYARD_LOG` (default `info`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
+pub struct Log {
+    /// `text` (default; colours only on a terminal) or `json` (one object a line).
+    pub format: LogFormat,
+    /// One info line per hub message, each way (`switchyard::messages`: hub, connection,
+    /// direction, type, method, size; never the payload). Off by default: a broadcast to
+    /// thousands of connections is thousands of lines.
+    pub messages: bool,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only when the stream is a terminal.
+    #[default]
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `target` and the event's fields.
+    Json,
 }
 
 /// Rates (token buckets: `rate` per second on average, up to `burst` at once) and bounds on
@@ -659,6 +684,7 @@ impl Default for Config {
             dashboard: Dashboard::default(),
             tls: Tls::default(),
             metrics: MetricsSettings::default(),
+            log: Log::default(),
         }
     }
 }

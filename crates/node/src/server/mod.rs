@@ -20,7 +20,7 @@ use axum::routing::any;
 use crate::default_mode::DefaultMode;
 use crate::executor::Executor;
 use crate::forward::{Forwarder, FORWARDED_BY};
-use crate::http::{authorize_hub, is_websocket_upgrade, text_error, Query};
+use crate::http::{authorize_hub, is_websocket_upgrade, text_error, Query, Unauthorized};
 use crate::members::node_of_instance;
 
 /// What the app-server endpoint works with.
@@ -50,7 +50,19 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
     // The SDK recognises only a 401 on the upgrade as an auth failure.
     let (hub, token) = match authorize_hub(app.executor.auth(), &parts, &query, "/server/") {
         Ok(found) => found,
-        Err(error) => return error.into_response(),
+        Err(refusal) => {
+            if let Unauthorized::Token { hub, error } = &refusal {
+                crate::logs::refused(
+                    app.executor.refusal_log(),
+                    "server",
+                    Some(hub.as_str()),
+                    Unauthorized::reason(error),
+                    &error.to_string(),
+                    crate::http::client_ip(&parts, app.executor.config()),
+                );
+            }
+            return refusal.into_error().into_response();
+        }
     };
     if parts.method != Method::GET || !is_websocket_upgrade(&parts.headers) {
         return text_error(

@@ -112,7 +112,13 @@ async fn serve_connection(
     if connection.through.is_some() {
         metrics.server_connections_passed_on.inc();
     }
-    tracing::info!(kind = ?connection.kind, through = ?connection.through, "app server connected");
+    crate::logs::server_connected(
+        connection.hub.as_str(),
+        &connection.server_id,
+        &connection.id,
+        &format!("{:?}", connection.kind),
+        connection.through.as_deref(),
+    );
     if app.executor.in_cluster()
         && connection.kind != ConnectionKind::Weak
         && connection.through.is_none()
@@ -135,12 +141,16 @@ async fn serve_connection(
         .server_connections_closed
         .get_or_create(&ReasonLabel { reason })
         .inc();
-    match &outcome {
-        Ok(()) => tracing::info!("app server disconnected"),
-        Err(error) => {
-            tracing::warn!(fault = error.fault().name(), reason, %error, "app server connection closed")
-        }
-    }
+    crate::logs::server_disconnected(
+        connection.hub.as_str(),
+        &connection.server_id,
+        &connection.id,
+        reason,
+        outcome
+            .as_ref()
+            .err()
+            .map(|error| (error.fault().name(), error.to_string())),
+    );
     app.default_mode.relocate_clients(&connection, true);
     if let Err(error) = outcome {
         if error.can_tell_peer() {
