@@ -21,6 +21,7 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "tls.cert",
     "tls.key",
     "upstream.ca_file",
+    "dashboard.key",
 ];
 
 /// Lists whose default is "unset" (a meaning of its own), so they do not appear in the
