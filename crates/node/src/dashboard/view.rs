@@ -195,8 +195,8 @@ impl Dashboard {
         }
         // Group and user names come from every node, this one included.
         let mut hubs: BTreeMap<String, HubView> = BTreeMap::new();
-        let mut names: BTreeMap<String, (Option<Vec<String>>, Option<Vec<String>>)> =
-            BTreeMap::new();
+        // Per hub: its groups' and users' names from every node, while each sent them.
+        let mut names: BTreeMap<String, (Names, Names)> = BTreeMap::new();
         let local = self.local_snapshot(true);
         for other in std::iter::once(local).chain(others) {
             if other.node.id != mine {
@@ -427,6 +427,9 @@ impl HubView {
     }
 }
 
+/// The union of the nodes' names, `None` once a node had too many to send.
+type Names = Option<Vec<String>>;
+
 fn row_limit(filter: &Filter) -> usize {
     match filter.limit {
         0 => 100,
@@ -435,7 +438,7 @@ fn row_limit(filter: &Filter) -> usize {
 }
 
 /// Adds a node's names to the union; a node that sent none (too many) spoils it.
-fn unite(union: &mut Option<Vec<String>>, names: Option<&[String]>) {
+fn unite(union: &mut Names, names: Option<&[String]>) {
     match (union.as_mut(), names) {
         (Some(all), Some(names)) => all.extend_from_slice(names),
         _ => *union = None,
