@@ -8,7 +8,7 @@
 //!    allowances given back by guards), `http` (query parsing, token checks against the
 //!    keys), `cors`, `throttle` (rates and work-in-progress bounds), `tls` (certificate
 //!    files, reloaded in place), `logs` (the operator's log lines: stable names, refusals
-//!    rate-limited).
+//!    rate-limited), `trace` (the live trace: off, it costs one shared flag per message).
 //! 1. the executor: [`command`] (what REST and app servers ask, as typed data, and the typed
 //!    miss), `asks` (questions to other nodes, waiting for their answers), `members` (which
 //!    nodes are alive, from their heartbeats), [`executor`] (applies commands through the
@@ -18,7 +18,8 @@
 //!    connections, clients pinned to them, client results) and `upstream` (serverless
 //!    webhooks).
 //! 3. endpoints: `client` (negotiate, the three transports, the client table), `server` (the
-//!    app-server endpoint `/server`), `rest` (the data-plane REST API).
+//!    app-server endpoint `/server`), `rest` (the data-plane REST API), [`dashboard`] (the
+//!    operator's page and its admin hub, reading the client table and the app servers).
 //! 4. wiring, here: [`Node`], [`routes`], [`serve`].
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]

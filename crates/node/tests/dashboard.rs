@@ -45,6 +45,22 @@ async fn page_status(server: &TestServer, token: Option<&str>) -> (u16, String) 
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
+/// The status of a WebSocket upgrade to the admin hub from a page of `origin`.
+async fn hub_status_from(server: &TestServer, origin: &str) -> u16 {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{}/dashboard/hub", server.addr)
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("origin", origin.parse().unwrap());
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((_, response)) => response.status().as_u16(),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(other) => panic!("unexpected error: {other}"),
+    }
+}
+
 /// The status of a WebSocket upgrade to the admin hub with `token` (101 when it opens).
 async fn hub_status(server: &TestServer, token: Option<&str>) -> u16 {
     let url = match token {
@@ -129,6 +145,13 @@ async fn only_operators_open_the_dashboard_and_its_hub() {
     let development = TestServer::start().await;
     assert_eq!(page_status(&development, None).await.0, 200);
     assert_eq!(hub_status(&development, None).await, 101);
+    // A page of another site cannot open the admin hub (WebSockets skip CORS).
+    let own = format!("http://{}", development.addr);
+    assert_eq!(hub_status_from(&development, &own).await, 101);
+    assert_eq!(
+        hub_status_from(&development, "http://evil.example").await,
+        403
+    );
     development.stop().await;
     let off = server_with_key(Dashboard {
         enabled: false,

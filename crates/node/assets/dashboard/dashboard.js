@@ -157,8 +157,10 @@
       cell(row, number(t.LongPolling || 0), "num longpolling");
       cell(row, number(p.json || 0), "num json");
       cell(row, number(p.messagepack || 0), "num messagepack");
-      cell(row, number(hub.groups), "num groups");
-      cell(row, number(hub.users), "num users");
+      // Summed over nodes when a node had too many names to pass on (see the README).
+      const about = hub.approximate ? "≈" : "";
+      cell(row, about + number(hub.groups), "num groups");
+      cell(row, about + number(hub.users), "num users");
       cell(row, number(hub.servers.length), "num servers");
       const r = hubRates.get(hub.name) || { in: 0, out: 0 };
       cell(row, rate(r.in), "num rate-in");
@@ -166,6 +168,19 @@
       cell(row, hub.traceUntil ? "until " + time(hub.traceUntil) : "", "trace");
       row.dataset.messagesIn = hub.traffic.messagesIn;
       row.dataset.messagesOut = hub.traffic.messagesOut;
+    }
+
+    const nodes = $("#nodes tbody");
+    nodes.textContent = "";
+    $("#nodes-section").hidden = snapshot.nodes.length < 2;
+    for (const n of snapshot.nodes) {
+      const row = nodes.insertRow();
+      cell(row, n.id);
+      cell(row, duration(n.uptimeSeconds));
+      cell(row, n.cpuPercent.toFixed(1) + " %", "num");
+      cell(row, bytes(n.memoryBytes), "num");
+      cell(row, number(n.clientConnections), "num");
+      cell(row, number(n.serverConnections), "num");
     }
 
     const servers = $("#servers tbody");

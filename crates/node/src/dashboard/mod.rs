@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -125,6 +125,8 @@ async fn page(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Resp
                 (header::CONTENT_TYPE, "text/html; charset=utf-8"),
                 (header::CACHE_CONTROL, "no-store"),
                 (header::REFERRER_POLICY, "no-referrer"),
+                (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+                (header::X_FRAME_OPTIONS, "DENY"),
             ],
             PAGE,
         )
@@ -134,6 +136,8 @@ async fn page(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Resp
             [
                 (header::CONTENT_TYPE, "text/html; charset=utf-8"),
                 (header::CACHE_CONTROL, "no-store"),
+                (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+                (header::X_FRAME_OPTIONS, "DENY"),
             ],
             REFUSED.replace("{why}", &html_escape(&why)),
         )
@@ -144,6 +148,14 @@ async fn page(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Resp
 /// The admin hub: a WebSocket that speaks the SignalR JSON hub protocol.
 async fn admin_hub(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
+    // WebSockets are not subject to CORS: a page of another site that an operator visits
+    // could otherwise open the admin hub (in development mode without any token).
+    if !same_origin(&parts.headers) {
+        return text_error(
+            StatusCode::FORBIDDEN,
+            "the admin hub takes WebSockets from the dashboard's own page only",
+        );
+    }
     if let Err(why) = dashboard.check(&parts) {
         return text_error(StatusCode::UNAUTHORIZED, why);
     }
@@ -161,8 +173,6 @@ async fn admin_hub(State(dashboard): State<Arc<Dashboard>>, request: Request) ->
         .on_upgrade(move |socket| hub::run(dashboard, socket))
 }
 
-use axum::extract::FromRequestParts;
-
 /// The page's scripts and styles, the official SignalR browser client and uPlot among them.
 /// Public: they hold no data.
 async fn asset(Path(name): Path<String>) -> Response {
@@ -179,6 +189,32 @@ async fn asset(Path(name): Path<String>) -> Response {
         None => text_error(StatusCode::NOT_FOUND, "no such dashboard file"),
     }
 }
+
+/// Whether a browser's `Origin` (absent for other clients) names the host the request was
+/// sent to.
+fn same_origin(headers: &axum::http::HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|origin| url::Url::parse(origin).ok())
+        .map(|url| match url.port() {
+            Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
+            None => url.host_str().unwrap_or_default().to_string(),
+        });
+    match (host, origin_host) {
+        (Some(host), Some(origin)) => host.eq_ignore_ascii_case(&origin),
+        _ => false,
+    }
+}
+
+/// The page runs only its own scripts, talks only to its own origin, and is not framed.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+    style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; \
+    frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 fn html_escape(text: &str) -> String {
     text.replace('&', "&amp;")

@@ -76,7 +76,7 @@ pub(crate) struct Snapshot {
 pub(crate) struct NodeView {
     pub(crate) id: String,
     pub(crate) uptime_seconds: u64,
-    /// Percent of one core (200 = two cores busy).
+    /// Percent of all the cores the process may use (100 = every core busy).
     pub(crate) cpu_percent: f64,
     pub(crate) memory_bytes: u64,
     pub(crate) client_connections: usize,
