@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use switchyard_backplane::NodeId;
 use switchyard_core::clock::unix_now_ms;
+use switchyard_router::TrafficTotals;
 
 use super::Dashboard;
 use crate::client::ClientConnection;
@@ -24,39 +25,16 @@ enum Request {
     Connections { filter: Filter },
 }
 
-#[derive(Serialize, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Traffic {
-    pub(crate) messages_in: u64,
-    pub(crate) bytes_in: u64,
-    pub(crate) messages_out: u64,
-    pub(crate) bytes_out: u64,
-    pub(crate) units_in: u64,
-    pub(crate) units_out: u64,
-}
-
-impl Traffic {
-    fn add(&mut self, other: &Traffic) {
-        self.messages_in += other.messages_in;
-        self.bytes_in += other.bytes_in;
-        self.messages_out += other.messages_out;
-        self.bytes_out += other.bytes_out;
-        self.units_in += other.units_in;
-        self.units_out += other.units_out;
-    }
-}
-
-impl From<switchyard_router::TrafficTotals> for Traffic {
-    fn from(totals: switchyard_router::TrafficTotals) -> Traffic {
-        Traffic {
-            messages_in: totals.messages_in,
-            bytes_in: totals.bytes_in,
-            messages_out: totals.messages_out,
-            bytes_out: totals.bytes_out,
-            units_in: totals.units_in,
-            units_out: totals.units_out,
-        }
-    }
+/// How a [`TrafficTotals`] reads in the dashboard's JSON.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "TrafficTotals", rename_all = "camelCase")]
+struct TrafficJson {
+    messages_in: u64,
+    bytes_in: u64,
+    messages_out: u64,
+    bytes_out: u64,
+    units_in: u64,
+    units_out: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -105,7 +83,8 @@ pub(crate) struct HubView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) user_names: Option<Vec<String>>,
     pub(crate) servers: Vec<ServerView>,
-    pub(crate) traffic: Traffic,
+    #[serde(with = "TrafficJson")]
+    pub(crate) traffic: TrafficTotals,
     /// When this hub's live trace ends (unix ms), while one runs on this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) trace_until: Option<i64>,
@@ -161,7 +140,8 @@ pub(crate) struct ConnectionRow {
     pub(crate) user_agent: Option<String>,
     /// Unix ms.
     pub(crate) connected_since: i64,
-    pub(crate) traffic: Traffic,
+    #[serde(with = "TrafficJson")]
+    pub(crate) traffic: TrafficTotals,
     /// Outbound bytes queued, not yet written to the client.
     pub(crate) queued_bytes: usize,
     /// The node that holds it.
@@ -241,7 +221,7 @@ impl Dashboard {
             let view = hubs.entry(hub.name().as_str().to_string()).or_default();
             view.groups = hub.group_count();
             view.users = hub.user_count();
-            view.traffic = hub.traffic().snapshot().into();
+            view.traffic = hub.traffic().snapshot();
             if names {
                 view.group_names = hub
                     .group_names(NAMES)
@@ -359,7 +339,7 @@ impl Dashboard {
                     address: peer.and_then(|p| p.address),
                     user_agent: peer.and_then(|p| p.user_agent.as_deref().map(str::to_string)),
                     connected_since: client.created_unix_ms(&self.clients),
-                    traffic: client.connection.traffic().snapshot().into(),
+                    traffic: client.connection.traffic().snapshot(),
                     queued_bytes: client.connection.queued_bytes(),
                     node: node.to_string(),
                 }
@@ -419,7 +399,7 @@ impl HubView {
         }
         self.groups += other.groups;
         self.users += other.users;
-        self.traffic.add(&other.traffic);
+        self.traffic += other.traffic;
         for server in other.servers {
             self.add_server(server);
         }
