@@ -14,8 +14,8 @@ use axum::extract::ws::{Message as WsMessage, WebSocket};
 use serde_json::{json, Value};
 use switchyard_core::{ConnectionId, HubName, Target};
 use switchyard_hub_protocol::{
-    encode_completion, encode_invocation, handshake, json as hub_json, CompletionResult, Format,
-    HubMessage, RECORD_SEPARATOR,
+    encode_completion, handshake, json as hub_json, CompletionResult, Format, HubMessage,
+    RECORD_SEPARATOR,
 };
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::{interval, Instant, MissedTickBehavior};
@@ -31,6 +31,8 @@ pub(super) const MAX_MESSAGE: usize = 64 * 1024;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most trace events in one `trace` message.
 const TRACE_BATCH: usize = 500;
+/// How often a watched trace's events go to the page.
+const TRACE_EVERY: Duration = Duration::from_millis(100);
 
 /// One page's session.
 struct Session {
@@ -52,6 +54,8 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
     snapshots.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut lists = interval(Duration::from_secs(2));
     lists.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut traces = interval(TRACE_EVERY);
+    traces.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut heard = Instant::now();
     loop {
         let out = tokio::select! {
@@ -74,13 +78,13 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
                     return close(&mut socket, "no message from the page within 60 s").await;
                 }
                 let snapshot = session.dashboard.snapshot().await;
-                vec![invocation("snapshot", &[json!(snapshot)])]
+                vec![push("snapshot", &(snapshot,))]
             }
             _ = lists.tick(), if session.filter.is_some() => {
                 let filter = session.filter.as_ref().expect("checked");
-                vec![invocation("connections", &[json!(session.dashboard.connections(filter).await)])]
+                vec![push("connections", &(session.dashboard.connections(filter).await,))]
             }
-            events = next_events(&mut session.trace) => session.trace_out(events),
+            _ = traces.tick(), if session.trace.is_some() => session.trace_news(),
         };
         for frame in out {
             if socket.send(WsMessage::Text(frame.into())).await.is_err() {
@@ -133,53 +137,42 @@ async fn close(socket: &mut WebSocket, error: &str) {
     let _ = socket.send(WsMessage::Close(None)).await;
 }
 
-/// What the watched trace has for the page: events, a count of lost ones, or its end.
-enum TraceNews {
-    Events(Vec<Arc<TraceEvent>>),
-    Lost(u64),
-    Ended,
-}
-
-/// Waits for the watched trace's next news (forever when none is watched).
-async fn next_events(trace: &mut Option<(HubName, Watch)>) -> TraceNews {
-    let Some((_, watch)) = trace.as_mut() else {
-        return std::future::pending().await;
-    };
-    use tokio::sync::broadcast::error::RecvError;
-    let first = match watch.events.recv().await {
-        Ok(event) => event,
-        Err(RecvError::Lagged(count)) => return TraceNews::Lost(count),
-        Err(RecvError::Closed) => return TraceNews::Ended,
-    };
-    let mut batch = vec![first];
-    while batch.len() < TRACE_BATCH {
-        match watch.events.try_recv() {
-            Ok(event) => batch.push(event),
-            Err(TryRecvError::Empty) => break,
-            // Told on the next call.
-            Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => break,
-        }
-    }
-    TraceNews::Events(batch)
-}
-
 impl Session {
-    fn trace_out(&mut self, news: TraceNews) -> Vec<String> {
-        let hub = match &self.trace {
-            Some((hub, _)) => json!(hub.as_str()),
-            None => return Vec::new(),
+    /// What the watched trace gathered since the last look: its events in batches, how
+    /// many were lost (the page fell behind), and its end. Looked at on a timer rather than
+    /// woken per event: a busy traced hub then costs its publishers no wake-ups.
+    fn trace_news(&mut self) -> Vec<String> {
+        let Some((hub, watch)) = self.trace.as_mut() else {
+            return Vec::new();
         };
-        match news {
-            TraceNews::Events(events) => {
-                let events: Vec<&TraceEvent> = events.iter().map(|event| &**event).collect();
-                vec![invocation("trace", &[hub, json!(events)])]
-            }
-            TraceNews::Lost(count) => vec![invocation("traceLost", &[hub, json!(count)])],
-            TraceNews::Ended => {
-                self.trace = None;
-                vec![invocation("traceEnded", &[hub])]
+        let (mut events, mut lost, mut ended) = (Vec::new(), 0, false);
+        loop {
+            match watch.events.try_recv() {
+                Ok(event) => events.push(event),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Lagged(count)) => lost += count,
+                Err(TryRecvError::Closed) => {
+                    ended = true;
+                    break;
+                }
             }
         }
+        let hub = hub.as_str().to_string();
+        let mut out: Vec<String> = events
+            .chunks(TRACE_BATCH)
+            .map(|batch| {
+                let batch: Vec<&TraceEvent> = batch.iter().map(|event| &**event).collect();
+                push("trace", &(hub.as_str(), batch))
+            })
+            .collect();
+        if lost > 0 {
+            out.push(push("traceLost", &(hub.as_str(), lost)));
+        }
+        if ended {
+            self.trace = None;
+            out.push(push("traceEnded", &(hub.as_str(),)));
+        }
+        out
     }
 
     /// The page's messages in one WebSocket message; what to send back. `Err`: end the
@@ -296,9 +289,25 @@ fn hub_name(arguments: &[Value]) -> Result<HubName, String> {
     HubName::new(&string(arguments, 0)?, None).map_err(|e| e.to_string())
 }
 
-fn invocation(target: &str, arguments: &[Value]) -> String {
-    let frame = encode_invocation(Format::Json, target, arguments);
-    String::from_utf8_lossy(&frame).into_owned()
+/// A non-blocking Invocation of the page's `target` with `arguments` (a tuple: a JSON
+/// array), written straight from the values (no JSON tree in between: a trace batch carries
+/// up to hundreds of events).
+fn push(target: &str, arguments: &impl serde::Serialize) -> String {
+    #[derive(serde::Serialize)]
+    struct Invocation<'a, A> {
+        #[serde(rename = "type")]
+        kind: u8,
+        target: &'a str,
+        arguments: &'a A,
+    }
+    let invocation = Invocation {
+        kind: 1,
+        target,
+        arguments,
+    };
+    let mut text = serde_json::to_string(&invocation).expect("dashboard values serialise");
+    text.push(char::from(RECORD_SEPARATOR));
+    text
 }
 
 fn completion(id: &str, result: Result<Value, String>) -> String {
