@@ -11,6 +11,22 @@ pub mod message_type {
     pub const CLOSE: u8 = 7;
     pub const ACK: u8 = 8;
     pub const SEQUENCE: u8 = 9;
+
+    /// The type's name for logs and traces (`stream_item`, …; `unknown` outside 1 to 9).
+    pub fn name(kind: u8) -> &'static str {
+        match kind {
+            INVOCATION => "invocation",
+            STREAM_ITEM => "stream_item",
+            COMPLETION => "completion",
+            STREAM_INVOCATION => "stream_invocation",
+            CANCEL_INVOCATION => "cancel_invocation",
+            PING => "ping",
+            CLOSE => "close",
+            ACK => "ack",
+            SEQUENCE => "sequence",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Message headers in wire order. Names are unique (a later duplicate replaces the earlier

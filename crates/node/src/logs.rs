@@ -217,7 +217,7 @@ pub(crate) fn message_in(
         direction = "in",
         hub,
         connection_id,
-        r#type = type_name(kind),
+        r#type = message_type::name(kind),
         method,
         size,
     );
@@ -249,27 +249,12 @@ pub(crate) fn messages_out(hub: &str, connection_id: &str, format: Option<Format
                 direction = "out",
                 hub,
                 connection_id,
-                r#type = type_name(kind),
+                r#type = message_type::name(kind),
                 method = message.as_ref().and_then(|m| m.target.as_deref()),
                 size = found.end,
             );
         }
         rest = &rest[found.end..];
-    }
-}
-
-fn type_name(kind: u8) -> &'static str {
-    match kind {
-        message_type::INVOCATION => "invocation",
-        message_type::STREAM_ITEM => "stream_item",
-        message_type::COMPLETION => "completion",
-        message_type::STREAM_INVOCATION => "stream_invocation",
-        message_type::CANCEL_INVOCATION => "cancel_invocation",
-        message_type::PING => "ping",
-        message_type::CLOSE => "close",
-        message_type::ACK => "ack",
-        message_type::SEQUENCE => "sequence",
-        _ => "unknown",
     }
 }
 

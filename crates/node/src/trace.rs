@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use switchyard_core::clock::unix_now_ms;
 use switchyard_core::{HubName, Target};
-use switchyard_hub_protocol::{peek, Format, FrameSplitter};
+use switchyard_hub_protocol::{message_type, peek, Format, FrameSplitter};
 use tokio::sync::broadcast;
 
 use crate::config::Dashboard;
@@ -210,7 +210,7 @@ impl Tracer {
         event.protocol = Some(format.name());
         match peek(format, body) {
             Ok(peeked) => {
-                event.message_type = Some(type_name(peeked.message_type));
+                event.message_type = Some(message_type::name(peeked.message_type));
                 event.target = peeked.target;
             }
             Err(error) => event.detail = Some(format!("unreadable message: {error}")),
@@ -247,21 +247,6 @@ pub(crate) fn describe_target(target: &Target) -> String {
         Target::Users(users) => format!("users:{}", users.len()),
         Target::Group { group, .. } => format!("group:{group}"),
         Target::Groups(groups) => format!("groups:{}", groups.len()),
-    }
-}
-
-fn type_name(message_type: u8) -> &'static str {
-    match message_type {
-        1 => "invocation",
-        2 => "streamItem",
-        3 => "completion",
-        4 => "streamInvocation",
-        5 => "cancelInvocation",
-        6 => "ping",
-        7 => "close",
-        8 => "ack",
-        9 => "sequence",
-        _ => "unknown",
     }
 }
 
