@@ -88,12 +88,12 @@ if ! need openssl; then
 fi
 
 # crates/node/tests/metrics.rs has a real Prometheus (Debian's prometheus package) scrape a node;
-# SWITCHYARD_REQUIRE_PROMETHEUS makes that test fail, not skip, when it is missing.
+# TEST_REQUIRE_PROMETHEUS makes that test fail, not skip, when it is missing.
 if ! need prometheus && [ ! -x /usr/bin/prometheus ]; then
   step "installing prometheus (apt-get install prometheus) for the metrics test"
   apt_install prometheus || { echo "prometheus is required by the metrics test"; exit 1; }
 fi
-export SWITCHYARD_REQUIRE_PROMETHEUS=1
+export TEST_REQUIRE_PROMETHEUS=1
 
 run "cargo test" cargo test --workspace --locked
 run "fuzz corpora replayed on stable (no libFuzzer)" cargo test --manifest-path fuzz/Cargo.toml --locked

@@ -341,10 +341,10 @@ async fn query(prometheus: &Prometheus, query: &str) -> Option<f64> {
 #[tokio::test]
 async fn a_real_prometheus_scrapes_the_node() {
     let Some(binary) = prometheus_binary() else {
-        if std::env::var_os("SWITCHYARD_REQUIRE_PROMETHEUS").is_some() {
-            panic!("prometheus is not installed and SWITCHYARD_REQUIRE_PROMETHEUS is set (apt-get install prometheus)");
+        if std::env::var_os("TEST_REQUIRE_PROMETHEUS").is_some() {
+            panic!("prometheus is not installed and TEST_REQUIRE_PROMETHEUS is set (apt-get install prometheus)");
         }
-        eprintln!("SKIPPED: prometheus is not installed (apt-get install prometheus; scripts/test.sh installs it and sets SWITCHYARD_REQUIRE_PROMETHEUS)");
+        eprintln!("SKIPPED: prometheus is not installed (apt-get install prometheus; scripts/test.sh installs it and sets TEST_REQUIRE_PROMETHEUS)");
         return;
     };
     let server = start().await;

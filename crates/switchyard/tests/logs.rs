@@ -10,6 +10,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The service binary without the caller's `SWITCHYARD_*` variables: it refuses unknown
+/// ones, and the test environment may carry some.
+fn binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("SWITCHYARD_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// A running `switchyard serve` on port 0, its stderr lines collected by a thread.
 struct Served {
     child: Child,
@@ -21,13 +33,7 @@ struct Served {
 
 impl Served {
     fn start(extra: &[&str]) -> Served {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-        for (name, _) in std::env::vars() {
-            if name.starts_with("SWITCHYARD_") {
-                command.env_remove(name);
-            }
-        }
-        let mut child = command
+        let mut child = binary()
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .env("SWITCHYARD_LOG", "info")
@@ -97,12 +103,16 @@ impl Served {
     }
 
     fn token(&self, hub: &str) -> String {
-        let output = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        let output = binary()
             .args(["token", "--hub", hub, "--user", "alice", "--listen"])
             .arg(format!("127.0.0.1:{}", self.port))
             .output()
             .unwrap();
-        assert!(output.status.success());
+        assert!(
+            output.status.success(),
+            "switchyard token: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let text = String::from_utf8(output.stdout).unwrap();
         text.lines().nth(1).unwrap().to_string()
     }
@@ -376,7 +386,7 @@ fn message_logs_are_opt_in_and_never_carry_the_payload() {
     // A broadcast through REST: logged once per delivery, with the method, not the payload.
     let port = served.port;
     let audience = format!("http://127.0.0.1:{port}/api/hubs/chat/:send");
-    let output = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+    let output = binary()
         .args(["token", "--audience", &audience, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .output()
