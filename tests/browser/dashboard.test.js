@@ -224,6 +224,7 @@ describe('the dashboard (headless Chromium)', () => {
     const event = events.find((e) => e.target === 'traced');
     assert.ok(event, `the download has the message: ${JSON.stringify(events)}`);
     assert.equal(event.hub, HUB);
+    assert.ok(event.node, `every event names its node: ${JSON.stringify(event)}`);
     assert.equal(event.preview, undefined, 'payloads stay out of the trace unless enabled');
   });
 

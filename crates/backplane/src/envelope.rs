@@ -60,6 +60,7 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
         Message::Ask { .. } => 3,
         Message::Answer { .. } => 2,
         Message::Presence(_) => 4,
+        Message::Trace { .. } => 2,
     };
     let ttl_field = usize::from(matches!(message, Message::UserJoinGroup { .. }));
     write_array(w, 5 + fields + ttl_field);
@@ -169,6 +170,12 @@ pub fn encode(stamp: Stamp, message: &Message) -> Bytes {
                 write_str(w, hub.as_str());
                 write_ids(w, servers.iter().map(String::as_str));
             }
+        }
+        Message::Trace { hub, from, events } => {
+            write_uint(w, 9);
+            write_str(w, hub.as_str());
+            write_str(w, from);
+            write_str(w, events);
         }
     }
     out.into_inner().freeze()
@@ -303,6 +310,14 @@ pub fn decode(input: &Bytes) -> Result<(Stamp, Message), EnvelopeError> {
                 servers,
             })
         }
+        9 => {
+            expect(7)?;
+            Message::Trace {
+                hub,
+                from: r.str()?.to_string(),
+                events: r.str()?.to_string(),
+            }
+        }
         tag => {
             return Err(EnvelopeError::Tag {
                 what: "message kind",
@@ -328,6 +343,7 @@ fn payload_len(message: &Message) -> usize {
             question: Question::Invoke { payloads, .. },
             ..
         } => payloads.total_len() + 16,
+        Message::Trace { events, .. } => events.len() + 16,
         _ => 0,
     }
 }
@@ -1056,6 +1072,11 @@ mod tests {
                 servers,
             }));
         }
+        out.push(Message::Trace {
+            hub: hub(),
+            from: "n2".into(),
+            events: r#"[{"node":"n2","time":1,"kind":"connected"}]"#.into(),
+        });
         out
     }
 

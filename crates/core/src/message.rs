@@ -82,6 +82,13 @@ pub enum Message {
     /// nodes are alive and which app servers each one has connections from. `hub` only places
     /// it (a partitioned backplane keeps one hub's messages together).
     Presence(Presence),
+    /// Live-trace events of `hub` that happened on node `from`, for the node whose dashboard
+    /// traces the hub (published on that node's channel). `events` is the dashboard's JSON.
+    Trace {
+        hub: HubName,
+        from: String,
+        events: String,
+    },
 }
 
 /// What a node tells the others about itself (see [`Message::Presence`]).
@@ -203,7 +210,8 @@ impl Message {
             | Message::Close { hub, .. }
             | Message::Ask { hub, .. }
             | Message::Answer { hub, .. }
-            | Message::Presence(Presence { hub, .. }) => hub,
+            | Message::Presence(Presence { hub, .. })
+            | Message::Trace { hub, .. } => hub,
         }
     }
 }

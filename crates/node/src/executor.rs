@@ -112,6 +112,7 @@ struct RouterSink {
     members: Arc<Members>,
     invocations: InvocationsSlot,
     views: ViewsSlot,
+    tracer: Arc<Tracer>,
 }
 
 impl Sink for RouterSink {
@@ -125,6 +126,9 @@ impl Sink for RouterSink {
             } => self.answer(hub, from, *id, question),
             Message::Answer { id, answer, .. } => self.asks.answered(*id, answer.clone()),
             Message::Presence(presence) => self.members.heard(presence, Instant::now()),
+            Message::Trace { hub, events, .. } => {
+                self.tracer.forwarded(hub, events);
+            }
             _ => {
                 let delivered = self.router.apply(message);
                 self.metrics.frames_delivered.inc_by(delivered as u64);
@@ -232,6 +236,7 @@ impl Executor {
         ));
         let invocations: InvocationsSlot = Arc::new(OnceLock::new());
         let views: ViewsSlot = Arc::new(OnceLock::new());
+        let tracer = Arc::new(Tracer::new(&config.dashboard));
         backplane.attach(
             &node_id,
             Arc::new(RouterSink {
@@ -244,12 +249,13 @@ impl Executor {
                 members: members.clone(),
                 invocations: invocations.clone(),
                 views: views.clone(),
+                tracer: tracer.clone(),
             }),
         );
         Executor {
             auth: Auth::new(keys, &config),
             throttle: Throttle::new(&config.throttling),
-            tracer: Arc::new(Tracer::new(&config.dashboard)),
+            tracer,
             refusal_log: crate::logs::Gate::new(crate::logs::REFUSALS_PER_SECOND),
             config,
             node_id,
@@ -297,6 +303,21 @@ impl Executor {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Passes live-trace events of `hub` (the dashboard's JSON) to the nodes `to`, whose
+    /// dashboards trace it.
+    pub(crate) fn publish_trace(&self, to: &[NodeId], hub: &HubName, events: String) {
+        if to.is_empty() {
+            return;
+        }
+        let message = Message::Trace {
+            hub: hub.clone(),
+            from: self.node_id.clone(),
+            events,
+        };
+        let channels = to.iter().map(|node| Channel::Node(node.clone())).collect();
+        self.publish(channels, message);
     }
 
     /// Tells the other nodes this node is alive (or leaving), and which app servers it holds

@@ -2,6 +2,10 @@
 //! hub's connection events, messages and errors then stream to whoever watches. While no hub
 //! is traced the hot paths test one word that nobody writes ([`Tracer::on`]) and do nothing
 //! else: events are only built behind that test.
+//!
+//! In a cluster the node whose dashboard starts a trace asks every node to trace the hub too;
+//! they pass their events back to it (`dashboard::relay`), and they reach its watchers here
+//! as [`Event::Forwarded`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,11 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use switchyard_core::clock::unix_now_ms;
 use switchyard_core::{HubName, Target};
 use switchyard_hub_protocol::{message_type, peek, Format, FrameSplitter};
 use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::TryRecvError;
 
 use crate::config::Dashboard;
 
@@ -58,6 +64,46 @@ pub(crate) struct TraceEvent {
     pub(crate) reason: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) detail: Option<String>,
+    /// `lost`: how many events a node could not pass on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) count: Option<u64>,
+}
+
+/// What a trace's watchers receive.
+// Each event sits in its own Arc already: boxing the large variant would allocate twice.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Event {
+    /// Happened on this node.
+    Local(TraceEvent),
+    /// Happened on another node, which sent it as JSON (with its `node`).
+    Forwarded(Box<RawValue>),
+}
+
+/// An event as the page and other nodes read it: a local one gets this node's id in front.
+#[derive(Serialize)]
+pub(crate) struct OnNode<'a> {
+    pub(crate) node: &'a str,
+    #[serde(flatten)]
+    pub(crate) event: &'a TraceEvent,
+}
+
+/// An [`Event`] for the page: local ones say they happened on `node`.
+pub(crate) struct Shown<'a> {
+    pub(crate) node: &'a str,
+    pub(crate) event: &'a Event,
+}
+
+impl Serialize for Shown<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.event {
+            Event::Local(event) => OnNode {
+                node: self.node,
+                event,
+            }
+            .serialize(serializer),
+            Event::Forwarded(json) => json.serialize(serializer),
+        }
+    }
 }
 
 impl TraceEvent {
@@ -77,6 +123,7 @@ impl TraceEvent {
             preview: None,
             reason: None,
             detail: None,
+            count: None,
         }
     }
 }
@@ -85,13 +132,44 @@ impl TraceEvent {
 struct Traced {
     until: Instant,
     until_unix_ms: i64,
-    events: broadcast::Sender<Arc<TraceEvent>>,
+    events: broadcast::Sender<Arc<Event>>,
 }
 
 /// What watching a trace gives: its end (unix ms) and the events.
 pub(crate) struct Watch {
     pub(crate) until_unix_ms: i64,
-    pub(crate) events: broadcast::Receiver<Arc<TraceEvent>>,
+    pub(crate) events: broadcast::Receiver<Arc<Event>>,
+}
+
+/// What a watcher gathered since it last looked ([`Watch::news`]).
+#[derive(Default)]
+pub(crate) struct News {
+    pub(crate) events: Vec<Arc<Event>>,
+    /// Events it fell behind by.
+    pub(crate) lost: u64,
+    /// The trace has ended.
+    pub(crate) ended: bool,
+}
+
+impl Watch {
+    /// Takes what arrived since the last look, without waiting: watchers look on a timer
+    /// rather than being woken per event, so a busy traced hub costs its publishers no
+    /// wake-ups.
+    pub(crate) fn news(&mut self) -> News {
+        let mut news = News::default();
+        loop {
+            match self.events.try_recv() {
+                Ok(event) => news.events.push(event),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Lagged(count)) => news.lost += count,
+                Err(TryRecvError::Closed) => {
+                    news.ended = true;
+                    break;
+                }
+            }
+        }
+        news
+    }
 }
 
 pub(crate) struct Tracer {
@@ -129,9 +207,25 @@ impl Tracer {
         if let Some(traced) = hubs.get(hub) {
             if traced.until > Instant::now() {
                 // No receiver is fine: the page may be reconnecting.
-                let _ = traced.events.send(Arc::new(make()));
+                let _ = traced.events.send(Arc::new(Event::Local(make())));
             }
         }
+    }
+
+    /// Takes events another node passed on (a JSON array of events), while `hub` is traced
+    /// here; false when it is not (or the JSON is not an array).
+    pub(crate) fn forwarded(&self, hub: &HubName, events: &str) -> bool {
+        let Ok(events) = serde_json::from_str::<Vec<Box<RawValue>>>(events) else {
+            return false;
+        };
+        let hubs = self.hubs.read();
+        let Some(traced) = hubs.get(hub).filter(|t| t.until > Instant::now()) else {
+            return false;
+        };
+        for event in events {
+            let _ = traced.events.send(Arc::new(Event::Forwarded(event)));
+        }
+        true
     }
 
     /// Starts (or extends, or shortens) the trace of `hub` for `duration`, capped at
@@ -193,6 +287,11 @@ impl Tracer {
         });
         self.active
             .fetch_sub(before - hubs.len(), Ordering::Relaxed);
+    }
+
+    /// When the trace of `hub` ends (unix ms), while one runs.
+    pub(crate) fn until(&self, hub: &HubName) -> Option<i64> {
+        self.hubs.read().get(hub).map(|traced| traced.until_unix_ms)
     }
 
     /// The traced hubs and when each trace ends (unix ms).
@@ -270,7 +369,27 @@ mod tests {
         assert!(tracer.on());
         tracer.emit(&hub("other"), || panic!("an untraced hub builds no event"));
         tracer.emit(&hub("chat"), || TraceEvent::new("connected"));
-        assert_eq!(watch.events.recv().await.unwrap().kind, "connected");
+        let shown = |event: &Event| serde_json::to_value(Shown { node: "n1", event }).unwrap();
+        let event = watch.events.recv().await.unwrap();
+        let local = shown(&event);
+        assert_eq!(local["kind"], "connected");
+        assert_eq!(local["node"], "n1");
+        // Another node's events arrive as it sent them (with its node).
+        assert!(tracer.forwarded(
+            &hub("chat"),
+            r#"[{"node":"n2","kind":"message"},{"node":"n2","kind":"disconnected"}]"#
+        ));
+        assert!(!tracer.forwarded(&hub("other"), r#"[{"node":"n2"}]"#));
+        assert!(!tracer.forwarded(&hub("chat"), "not json"));
+        let news = watch.news();
+        let kinds: Vec<_> = news
+            .events
+            .iter()
+            .map(|e| shown(e)["kind"].clone())
+            .collect();
+        assert_eq!(kinds, ["message", "disconnected"]);
+        assert_eq!(shown(&news.events[0])["node"], "n2");
+        assert!(!news.ended);
         // Capped at max_trace_duration.
         assert!(watch.until_unix_ms <= unix_now_ms() + 2_000);
         tracer.sweep(Instant::now() + Duration::from_secs(3));

@@ -174,7 +174,10 @@ impl Router {
                 .find_hub(hub)
                 .map_or(0, |hub| hub.close(target, excluded, reason)),
             // Questions and answers are between nodes, and so is presence.
-            Message::Ask { .. } | Message::Answer { .. } | Message::Presence(_) => 0,
+            Message::Ask { .. }
+            | Message::Answer { .. }
+            | Message::Presence(_)
+            | Message::Trace { .. } => 0,
         }
     }
 

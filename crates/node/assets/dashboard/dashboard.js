@@ -308,6 +308,7 @@
       cell(row, e.reason || "", "reason");
       const detail = cell(row, e.preview || e.detail || "", "detail");
       detail.title = detail.textContent;
+      cell(row, e.node || "", "node");
     }
     if (state.traceEvents.length > TRACE_KEPT) state.traceEvents.splice(0, state.traceEvents.length - TRACE_KEPT);
     while (body.rows.length > TRACE_ROWS) body.deleteRow(body.rows.length - 1);
@@ -361,7 +362,7 @@
   connection.on("snapshot", showSnapshot);
   connection.on("connections", showConnections);
   connection.on("trace", showTrace);
-  connection.on("traceLost", (hub, count) => showTrace(hub, [{ time: Date.now(), kind: "error", detail: `${count} events lost (the page fell behind)` }]));
+  connection.on("traceLost", (hub, count) => showTrace(hub, [{ time: Date.now(), kind: "lost", count, detail: `${count} events lost (the page fell behind)` }]));
   connection.on("traceEnded", (hub) => traceStopped(`trace of ${hub} ended`));
 
   function linkState(text) {

@@ -5,7 +5,8 @@
 //! - `trace(hub, events)`, `traceLost(hub, count)`, `traceEnded(hub)` while it watches a trace.
 //!
 //! The page invokes: `SetFilter(filter) -> list`, `CloseConnection(hub, id, reason)`,
-//! `StartTrace(hub, seconds) -> until`, `StopTrace(hub)`.
+//! `StartTrace(hub, seconds) -> until`, `WatchTrace(hub) -> until`, `StopTrace(hub)`. A trace
+//! covers every node of a cluster (see `relay`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +18,12 @@ use switchyard_hub_protocol::{
     encode_completion, handshake, json as hub_json, CompletionResult, Format, HubMessage,
     RECORD_SEPARATOR,
 };
-use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 
 use super::view::Filter;
 use super::Dashboard;
 use crate::command::Command;
-use crate::trace::{TraceEvent, Watch};
+use crate::trace::{Shown, Watch};
 
 /// Largest message the page may send (its invocations are small).
 pub(super) const MAX_MESSAGE: usize = 64 * 1024;
@@ -34,11 +34,16 @@ const TRACE_BATCH: usize = 500;
 /// How often a watched trace's events go to the page.
 const TRACE_EVERY: Duration = Duration::from_millis(100);
 
+/// How often a watched trace is announced to the cluster again, for nodes that joined since.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
+
 /// One page's session.
 struct Session {
     dashboard: Arc<Dashboard>,
     filter: Option<Filter>,
     trace: Option<(HubName, Watch)>,
+    /// When the watched trace was last announced to the other nodes.
+    announced: Instant,
 }
 
 pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
@@ -49,6 +54,7 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
         dashboard,
         filter: None,
         trace: None,
+        announced: Instant::now(),
     };
     let mut snapshots = interval(Duration::from_secs(1));
     snapshots.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -84,7 +90,10 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
                 let filter = session.filter.as_ref().expect("checked");
                 vec![push("connections", &(session.dashboard.connections(filter).await,))]
             }
-            _ = traces.tick(), if session.trace.is_some() => session.trace_news(),
+            _ = traces.tick(), if session.trace.is_some() => {
+                session.announce().await;
+                session.trace_news()
+            }
         };
         for frame in out {
             if socket.send(WsMessage::Text(frame.into())).await.is_err() {
@@ -138,37 +147,40 @@ async fn close(socket: &mut WebSocket, error: &str) {
 }
 
 impl Session {
+    /// Tells the other nodes again, now and then, that the watched trace runs: a node that
+    /// joined (or restarted) since it started traces the hub from then on.
+    async fn announce(&mut self) {
+        if self.announced.elapsed() < ANNOUNCE_EVERY {
+            return;
+        }
+        self.announced = Instant::now();
+        if let Some((hub, _)) = &self.trace {
+            self.dashboard.announce_trace(hub).await;
+        }
+    }
+
     /// What the watched trace gathered since the last look: its events in batches, how
-    /// many were lost (the page fell behind), and its end. Looked at on a timer rather than
-    /// woken per event: a busy traced hub then costs its publishers no wake-ups.
+    /// many were lost (the page fell behind), and its end.
     fn trace_news(&mut self) -> Vec<String> {
         let Some((hub, watch)) = self.trace.as_mut() else {
             return Vec::new();
         };
-        let (mut events, mut lost, mut ended) = (Vec::new(), 0, false);
-        loop {
-            match watch.events.try_recv() {
-                Ok(event) => events.push(event),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Lagged(count)) => lost += count,
-                Err(TryRecvError::Closed) => {
-                    ended = true;
-                    break;
-                }
-            }
-        }
+        let news = watch.news();
+        let node = self.dashboard.executor.node_id().as_str();
         let hub = hub.as_str().to_string();
-        let mut out: Vec<String> = events
+        let mut out: Vec<String> = news
+            .events
             .chunks(TRACE_BATCH)
             .map(|batch| {
-                let batch: Vec<&TraceEvent> = batch.iter().map(|event| &**event).collect();
+                let batch: Vec<Shown<'_>> =
+                    batch.iter().map(|event| Shown { node, event }).collect();
                 push("trace", &(hub.as_str(), batch))
             })
             .collect();
-        if lost > 0 {
-            out.push(push("traceLost", &(hub.as_str(), lost)));
+        if news.lost > 0 {
+            out.push(push("traceLost", &(hub.as_str(), news.lost)));
         }
-        if ended {
+        if news.ended {
             self.trace = None;
             out.push(push("traceEnded", &(hub.as_str(),)));
         }
@@ -242,11 +254,11 @@ impl Session {
                     .as_u64()
                     .ok_or("the trace's duration is a number of seconds")?;
                 let watch = dashboard
-                    .executor
-                    .tracer()
-                    .start(&hub, Duration::from_secs(seconds));
+                    .start_trace(&hub, Duration::from_secs(seconds))
+                    .await;
                 let until = watch.until_unix_ms;
                 self.trace = Some((hub, watch));
+                self.announced = Instant::now();
                 Ok(json!(until))
             }
             "WatchTrace" => {
@@ -262,7 +274,7 @@ impl Session {
             }
             "StopTrace" => {
                 let hub = hub_name(&arguments)?;
-                dashboard.executor.tracer().stop(&hub);
+                dashboard.stop_trace(&hub).await;
                 Ok(Value::Null)
             }
             other => Err(format!("the admin hub has no method '{other}'")),

@@ -5,9 +5,11 @@
 //! # Layout
 //! - `view`: what the page shows, read from the node (hubs, app servers, connections).
 //! - `hub`: the admin hub's sessions (snapshots, the connection list, closes, live trace).
+//! - `relay`: a live trace across the nodes of a cluster.
 //! - here: the routes, the operator check and the embedded files.
 
 mod hub;
+mod relay;
 mod view;
 
 pub(crate) use view::RemoteViews;
@@ -41,6 +43,8 @@ pub(crate) struct Dashboard {
     /// Tokens signed with `dashboard.key`, when one is set.
     dashboard_key: Option<Auth>,
     started: Instant,
+    /// Traces other nodes' dashboards asked this node for, and where their events go.
+    relays: relay::Relays,
 }
 
 impl Dashboard {
@@ -61,6 +65,7 @@ impl Dashboard {
             app_servers,
             dashboard_key,
             started: Instant::now(),
+            relays: Default::default(),
         }
     }
 

@@ -20,9 +20,20 @@ pub(crate) const NAMES: usize = 1_000;
 /// What one node asks the others for ([`crate::executor::Views`]).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
-enum Request {
+pub(super) enum Request {
     Snapshot,
-    Connections { filter: Filter },
+    Connections {
+        filter: Filter,
+    },
+    /// Trace `hub` for `seconds` and pass the events to node `to` (see `relay`).
+    Trace {
+        hub: String,
+        seconds: u64,
+        to: String,
+    },
+    StopTrace {
+        hub: String,
+    },
 }
 
 /// How a [`TrafficTotals`] reads in the dashboard's JSON.
@@ -362,6 +373,12 @@ impl crate::executor::Views for RemoteViews {
             Ok(Request::Snapshot) => serde_json::to_string(&dashboard.local_snapshot(true)),
             Ok(Request::Connections { filter }) => {
                 serde_json::to_string(&dashboard.local_connections(&filter))
+            }
+            Ok(Request::Trace { hub, seconds, to }) => {
+                serde_json::to_string(&dashboard.trace_for(&hub, seconds, to))
+            }
+            Ok(Request::StopTrace { hub }) => {
+                serde_json::to_string(&dashboard.stop_trace_here(&hub))
             }
             Err(_) => return "null".into(),
         };
