@@ -133,7 +133,12 @@ impl Node {
             executor.tracer().clone(),
         ));
         executor.set_remote_invocations(default_mode.clone());
-        let upstream = Upstream::new(executor.config(), executor.keys().clone(), metrics.clone());
+        let upstream = Upstream::new(
+            executor.config(),
+            executor.keys().clone(),
+            metrics.clone(),
+            executor.tracer().clone(),
+        );
         let clients = Arc::new(Clients::new(
             executor.clone(),
             default_mode.clone(),

@@ -11,7 +11,7 @@ use common::{hub_of, now, Admin, Msg, RawClient, TestServer};
 use serde_json::{json, Value};
 use switchyard_auth::TokenBuilder;
 use switchyard_hub_protocol::{encode_invocation, Format, HubMessage};
-use switchyard_node::config::Dashboard;
+use switchyard_node::config::{Dashboard, UpstreamTemplate};
 use switchyard_node::Config;
 
 const KEY: &str = "a-configured-key-of-at-least-32-characters!";
@@ -383,5 +383,52 @@ async fn payloads_stay_out_of_the_trace_unless_enabled() {
     assert!(event.get("preview").is_none(), "{event}");
     admin.invoke("StopTrace", &[json!("chat")]).await.unwrap();
     admin.push("traceEnded", |_| true).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn failed_upstream_requests_show_in_the_trace() {
+    // An upstream that refuses connections: the port was free a moment ago.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let mut config = Config {
+        access_key: Some(KEY.into()),
+        ..Config::default()
+    };
+    config.upstream.templates = vec![UpstreamTemplate::new(format!(
+        "http://{closed}/api/{{hub}}/{{category}}/{{event}}"
+    ))];
+    let server = TestServer::start_with(config).await;
+    let mut admin = Admin::open(&server, &admin_token(&server)).await;
+    admin
+        .invoke("StartTrace", &[json!("chat"), json!(60)])
+        .await
+        .unwrap();
+    let (mut client, id) = RawClient::start(
+        &server,
+        "chat",
+        &server.token("chat", Some("ada")),
+        Format::Json,
+    )
+    .await;
+    client.handshake_result().await.unwrap();
+
+    let mut seen: Vec<Value> = Vec::new();
+    while !seen.iter().any(|e| e["kind"] == "error") {
+        let args = admin.push("trace", |_| true).await;
+        seen.extend(args[1].as_array().unwrap().iter().cloned());
+    }
+    let failed = seen.iter().find(|e| e["kind"] == "error").unwrap();
+    assert_eq!(failed["reason"], "upstream_failed", "{failed}");
+    assert_eq!(failed["connectionId"], id.as_str());
+    assert_eq!(failed["userId"], "ada");
+    assert_eq!(failed["target"], "connected");
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("connections connected") && detail.contains("unreachable"),
+        "{detail}"
+    );
     server.stop().await;
 }

@@ -45,6 +45,7 @@ use switchyard_router::{Connection, Hub, TrafficTotals};
 
 use crate::config::{Templates, ValidConfig};
 use crate::metrics::{Metrics, UpstreamLabel};
+use crate::trace::{TraceEvent, Tracer};
 use connection::{Event, Pushed, Queued};
 use request::{header, Answer, Failure, Sender};
 
@@ -73,6 +74,8 @@ pub(crate) struct Upstream {
     sender: Sender,
     keys: AccessKeys,
     metrics: Arc<Metrics>,
+    /// Failed and refused requests show in a live trace of the client's hub.
+    tracer: Arc<Tracer>,
     /// Bytes of invocations one connection may have waiting.
     max_pending_bytes: usize,
 }
@@ -83,6 +86,7 @@ impl Upstream {
         config: &ValidConfig,
         keys: AccessKeys,
         metrics: Arc<Metrics>,
+        tracer: Arc<Tracer>,
     ) -> Option<Arc<Upstream>> {
         let templates = config.templates().clone();
         if templates.is_empty() {
@@ -99,6 +103,7 @@ impl Upstream {
             ),
             keys,
             metrics,
+            tracer,
             max_pending_bytes: config.limits.max_pending_bytes_per_connection,
         }))
     }
@@ -148,6 +153,13 @@ impl Upstream {
             }
             Pushed::Refused(event) => {
                 self.count(event.category(), "rejected");
+                if self.tracer.on() {
+                    self.trace_failure(
+                        client.as_ref(),
+                        &event,
+                        "too many events of this connection wait for the upstream".into(),
+                    );
+                }
                 if let Event::Invocation {
                     invocation_id: Some(id),
                     format,
@@ -246,8 +258,30 @@ impl Upstream {
                 %detail,
                 "upstream request failed"
             );
+            if self.tracer.on() {
+                self.trace_failure(client, &event, format!("{origin}: {outcome}, {detail}"));
+            }
         }
         self.count(event.category(), outcome);
+    }
+
+    /// An `error` event for the live trace of the client's hub: an upstream request failed
+    /// (or was refused), for the client, with what happened.
+    #[cold]
+    fn trace_failure(&self, client: &impl UpstreamClient, event: &Event, detail: String) {
+        self.tracer.emit(client.hub_name(), || {
+            let mut traced = TraceEvent::new("error");
+            traced.connection_id = Some(client.connection().id().to_string());
+            traced.user_id = client.connection().user().map(|u| u.to_string());
+            traced.reason = Some("upstream_failed");
+            traced.target = Some(event.name().to_string());
+            traced.detail = Some(format!(
+                "upstream {} {}: {detail}",
+                event.category(),
+                event.name()
+            ));
+            traced
+        });
     }
 
     fn count(&self, category: &'static str, outcome: &'static str) {
