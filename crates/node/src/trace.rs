@@ -324,6 +324,16 @@ impl Tracer {
     }
 }
 
+/// Whether a hub message is transport chatter a trace leaves out: pings, acks, sequences.
+pub(crate) fn is_chatter(format: Format, body: &[u8]) -> bool {
+    peek(format, body).is_ok_and(|peeked| {
+        matches!(
+            peeked.message_type,
+            message_type::PING | message_type::ACK | message_type::SEQUENCE
+        )
+    })
+}
+
 /// The bodies of the whole hub messages in `framed` (what a send or a relay carries).
 pub(crate) fn bodies(format: Format, framed: &[u8]) -> Vec<&[u8]> {
     let splitter = FrameSplitter::new(format, usize::MAX);

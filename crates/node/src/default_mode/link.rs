@@ -19,7 +19,7 @@ use switchyard_service_protocol::{
 
 use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
 use crate::budget::{ByteBudget, Charge};
-use crate::trace::{bodies, TraceEvent};
+use crate::trace::{bodies, is_chatter, TraceEvent};
 
 /// The SDK reads these headers of OpenConnection / CloseConnection.
 const MIGRATE_FROM: &str = "Asrs-Migrate-From";
@@ -272,13 +272,15 @@ impl DefaultLink {
     /// Takes ConnectionData from the app server: the handshake response first (always JSON
     /// text), then messages in the client's protocol. Only whole messages are queued, so a
     /// transport never writes half a message, and a run of whole messages is queued as one
-    /// shared slice without copying.
+    /// shared slice without copying. With `traced`, also gives back the whole messages it
+    /// queued (and their protocol), for the live trace.
     fn relay(
         &mut self,
         max: usize,
         client: &dyn LinkedClient,
         payload: Bytes,
-    ) -> Result<(), CloseReason> {
+        traced: bool,
+    ) -> Result<Option<(Format, Bytes)>, CloseReason> {
         // A held tail contains no message boundary (else it would have gone out): only the new
         // bytes are searched, and a message arriving in many pieces is not rescanned or
         // recopied per piece.
@@ -302,7 +304,7 @@ impl DefaultLink {
                     ));
                 }
                 self.keep(data, held);
-                return Ok(());
+                return Ok(None);
             };
             let response = data.split_to(end + 1);
             searched = 0;
@@ -312,7 +314,7 @@ impl DefaultLink {
                 client.connection().outbound().push(response);
                 self.awaiting_handshake_response = false;
                 self.relay = BytesMut::new();
-                return Ok(());
+                return Ok(None);
             }
             // Only now does the client join its hub: nothing the router sends (broadcasts,
             // groups, REST) may reach it before its handshake response.
@@ -321,7 +323,7 @@ impl DefaultLink {
                 Join::Closing => {
                     // Its close path answers the handshake with the reason.
                     self.relay = BytesMut::new();
-                    return Ok(());
+                    return Ok(None);
                 }
                 Join::IdTaken => {
                     return Err(CloseReason::ProtocolError(
@@ -338,7 +340,7 @@ impl DefaultLink {
         }
         if data.is_empty() {
             self.relay = BytesMut::new();
-            return Ok(());
+            return Ok(None);
         }
         let format = client
             .connection()
@@ -354,11 +356,14 @@ impl DefaultLink {
             let frames = data.split_to(whole);
             let mut totals = TrafficTotals::default();
             for_each_trackable(format, &frames, |len| totals.add_out(len));
+            let shown = traced.then(|| (format, frames.clone()));
             client.hub().deliver(client.connection(), frames, &totals);
             self.pause_if_backed_up(client);
+            self.keep(data, held);
+            return Ok(shown);
         }
         self.keep(data, held);
-        Ok(())
+        Ok(None)
     }
 
     /// The client reads slower than its app server writes to it (a fast stream, a slow
@@ -455,13 +460,13 @@ fn relay_error(error: FrameError, max: usize) -> CloseReason {
 impl DefaultMode {
     /// ConnectionData from an app server for one of its clients.
     pub(crate) fn relay(&self, client: &dyn LinkedClient, payload: Bytes) {
-        if self.tracer.on() {
-            self.trace_relay(client, &payload);
-        }
+        let traced = self.tracer.on();
+        let mut shown = None;
         let result = match client.link().lock().as_mut() {
             Some(link) => link
-                .relay(self.max_server_message_size, client, payload)
-                .and_then(|()| {
+                .relay(self.max_server_message_size, client, payload, traced)
+                .and_then(|whole| {
+                    shown = whole;
                     if link.charge_relay(&self.relay_budget) {
                         return Ok(());
                     }
@@ -473,24 +478,24 @@ impl DefaultMode {
                 }),
             None => Ok(()),
         };
+        if let Some((format, frames)) = shown {
+            self.trace_relay(client, format, &frames);
+        }
         if let Err(reason) = result {
             client.connection().close(reason);
         }
     }
 
-    /// What an app server sends one client, in the live trace: the whole messages of this
-    /// piece (not the piece that carries the handshake response, which is no hub message).
+    /// What an app server sends one client, in the live trace: the whole messages the relay
+    /// queued for it (a message that came in pieces shows once, when whole), without the
+    /// pings app servers send every client.
     #[cold]
-    fn trace_relay(&self, client: &dyn LinkedClient, payload: &[u8]) {
-        if !client.handshake_done() {
-            return;
-        }
+    fn trace_relay(&self, client: &dyn LinkedClient, format: Format, frames: &[u8]) {
         let connection = client.connection();
-        let format = connection
-            .protocol()
-            .and_then(Format::for_relay)
-            .unwrap_or(Format::Json);
-        for body in bodies(format, payload) {
+        for body in bodies(format, frames) {
+            if is_chatter(format, body) {
+                continue;
+            }
             self.tracer.emit(client.hub().name(), || {
                 let mut event = TraceEvent::new("message");
                 event.direction = Some("out");
@@ -790,5 +795,37 @@ mod tests {
         client.link.lock().as_mut().unwrap().resume_flow(&*client);
         client.link.lock().as_mut().unwrap().resume_flow(&*client);
         assert_eq!(flow_controls(&server), vec![ConnectionFlowControl::RESUME]);
+    }
+
+    /// A message an app server sends a client in pieces shows in the live trace once, when
+    /// it is whole; its pings do not show.
+    #[tokio::test]
+    async fn a_relayed_message_in_pieces_is_traced_once_whole() {
+        let tracer = Arc::new(Tracer::new(&Default::default()));
+        let default_mode = DefaultMode::new(
+            &Config::default(),
+            "n1".into(),
+            &Default::default(),
+            tracer.clone(),
+        );
+        let hub = HubName::new("chat", None).unwrap();
+        let mut watch = tracer.start(&hub, std::time::Duration::from_secs(60));
+        let server = ServerConnection::register_detached(&default_mode.servers, hub, "A", 1 << 20);
+        let client = opened_client(&default_mode, &server, 1 << 20);
+        let message = b"{\"type\":1,\"target\":\"news\",\"arguments\":[1]}\x1e{\"type\":6}\x1e";
+        let (first, rest) = message.split_at(20);
+        default_mode.relay(&*client, Bytes::copy_from_slice(first));
+        assert!(watch.news().events.is_empty(), "half a message is no event");
+        default_mode.relay(&*client, Bytes::copy_from_slice(rest));
+        let news = watch.news();
+        let shown: Vec<serde_json::Value> = news
+            .events
+            .iter()
+            .map(|event| serde_json::to_value(crate::trace::Shown { node: "n1", event }).unwrap())
+            .collect();
+        assert_eq!(shown.len(), 1, "the ping is left out: {shown:?}");
+        assert_eq!(shown[0]["target"], "news");
+        assert_eq!(shown[0]["direction"], "out");
+        assert_eq!(shown[0]["to"], "connection:c1");
     }
 }
