@@ -302,6 +302,50 @@ def backplane_envelope():
     seed("backplane_envelope", b"garbage", cut=3)
 
 
+def backplane_envelope_trace():
+    """Kind 9: live-trace events passed to the node whose dashboard traces the hub."""
+    def arr(*items):
+        assert len(items) < 16
+        return bytes([0x90 | len(items)]) + b"".join(items)
+
+    def s(text):
+        data = text.encode()
+        return (bytes([0xA0 | len(data)]) if len(data) < 32 else bytes([0xD9, len(data)])) + data
+
+    events = '[{"node":"n2","time":1,"kind":"connected","connectionId":"c1"}]'
+    seed("backplane_envelope", arr(b"\x01", b"\x07", b"\x09", b"\x09", s("chat"), s("n2"), s(events)))
+    seed("backplane_envelope", arr(b"\x01", b"\x07", b"\x0a", b"\x09", s("chat"), s("n2")), knob=0)
+
+
+def admin_hub():
+    def call(invocation_id, target, *arguments):
+        return json.dumps({"type": 1, "invocationId": invocation_id, "target": target,
+                           "arguments": list(arguments)}) + "\x1e"
+
+    calls = [
+        call("1", "SetFilter", {"hub": "chat", "search": "ada", "limit": 5}),
+        call("2", "StartTrace", "chat", 60),
+        call("3", "WatchTrace", "chat"),
+        call("4", "CloseConnection", "chat", "c1", "maintenance"),
+        call("5", "StopTrace", "chat"),
+        call("6", "SetFilter", {"transport": "WebSockets", "protocol": "json", "limit": 10**12}),
+        call("7", "StartTrace", "chat", 2**64 - 1),
+        call("8", "StartTrace", "bad hub name!", -1),
+        call("9", "CloseConnection", "chat", None, 5),
+        call("10", "Nope"),
+        call("11", "SetFilter", "not an object"),
+        '{"type":6}\x1e',
+        '{"type":7,"error":"bye"}\x1e',
+    ]
+    for knob in (0, 1, 2, 3):
+        seed("admin_hub", "".join(calls), knob=knob)
+        seed("admin_hub", calls[1] + calls[0], cut=len(calls[1]), knob=knob)
+    for one in calls:
+        seed("admin_hub", one, knob=1)
+    seed("admin_hub", calls[0][:-1], knob=1)
+    seed("admin_hub", "\x1e\x1e[" * 100, knob=0)
+
+
 if __name__ == "__main__":
     backplane_envelope()
     hub_protocol()
@@ -311,5 +355,7 @@ if __name__ == "__main__":
     rest_body()
     negotiate_query()
     client_session()
+    backplane_envelope_trace()
+    admin_hub()
     for target in sorted(os.listdir(CORPUS)):
         print(target, len(os.listdir(os.path.join(CORPUS, target))))

@@ -74,6 +74,7 @@ fn split_str(s: &str, at: usize) -> (&str, &str) {
 // The targets that run the service itself (`switchyard-node`), each in its own file.
 mod service_node;
 
+pub mod admin_hub;
 pub mod client_session;
 pub mod negotiate_query;
 pub mod rest_body;
@@ -955,6 +956,11 @@ mod tests {
     #[test]
     fn replay_client_session() {
         replay("client_session", client_session::check);
+    }
+
+    #[test]
+    fn replay_admin_hub() {
+        replay("admin_hub", admin_hub::check);
     }
 
     #[test]

@@ -179,6 +179,28 @@ impl From<SessionTransport> for Transport {
     }
 }
 
+/// A dashboard page's session on the admin hub, after its handshake: fed the text of
+/// WebSocket messages as the page sends them.
+pub struct AdminSession(crate::dashboard::Session);
+
+impl AdminSession {
+    pub fn open(node: &Arc<Node>) -> AdminSession {
+        AdminSession(crate::dashboard::Session::new(node.dashboard.clone()))
+    }
+
+    /// One WebSocket message from the page: the frames to send back, or the error that ends
+    /// the session. `None`: it did not finish without waiting (it waits for nothing on a
+    /// node of its own).
+    pub fn receive(&mut self, text: &str) -> Option<Result<Vec<String>, String>> {
+        poll_once(self.0.received(text))
+    }
+
+    /// What a watched trace gathered, as the pushes the page would get.
+    pub fn trace_news(&mut self) -> Vec<String> {
+        self.0.trace_news()
+    }
+}
+
 /// One client connection fed bytes the way the transports feed them (WebSocket frames, SSE
 /// and long-polling POST bodies all go to `ClientConnection::receive`). Finished on drop.
 pub struct ClientSession {

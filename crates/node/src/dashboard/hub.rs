@@ -38,7 +38,7 @@ const TRACE_EVERY: Duration = Duration::from_millis(100);
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
 
 /// One page's session.
-struct Session {
+pub(crate) struct Session {
     dashboard: Arc<Dashboard>,
     filter: Option<Filter>,
     trace: Option<(HubName, Watch)>,
@@ -50,12 +50,7 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
     if !handshake(&mut socket).await {
         return;
     }
-    let mut session = Session {
-        dashboard,
-        filter: None,
-        trace: None,
-        announced: Instant::now(),
-    };
+    let mut session = Session::new(dashboard);
     let mut snapshots = interval(Duration::from_secs(1));
     snapshots.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut lists = interval(Duration::from_secs(2));
@@ -147,6 +142,15 @@ async fn close(socket: &mut WebSocket, error: &str) {
 }
 
 impl Session {
+    pub(crate) fn new(dashboard: Arc<Dashboard>) -> Session {
+        Session {
+            dashboard,
+            filter: None,
+            trace: None,
+            announced: Instant::now(),
+        }
+    }
+
     /// Tells the other nodes again, now and then, that the watched trace runs: a node that
     /// joined (or restarted) since it started traces the hub from then on.
     async fn announce(&mut self) {
@@ -161,7 +165,7 @@ impl Session {
 
     /// What the watched trace gathered since the last look: its events in batches, how
     /// many were lost (the page fell behind), and its end.
-    fn trace_news(&mut self) -> Vec<String> {
+    pub(crate) fn trace_news(&mut self) -> Vec<String> {
         let Some((hub, watch)) = self.trace.as_mut() else {
             return Vec::new();
         };
@@ -189,7 +193,7 @@ impl Session {
 
     /// The page's messages in one WebSocket message; what to send back. `Err`: end the
     /// session with this error.
-    async fn received(&mut self, text: &str) -> Result<Vec<String>, String> {
+    pub(crate) async fn received(&mut self, text: &str) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
         for body in text.as_bytes().split(|&b| b == RECORD_SEPARATOR) {
             if body.is_empty() {

@@ -12,6 +12,8 @@ mod hub;
 mod relay;
 mod view;
 
+#[cfg(feature = "fuzzing")]
+pub(crate) use hub::Session;
 pub(crate) use view::RemoteViews;
 
 use std::sync::Arc;
