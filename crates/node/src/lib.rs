@@ -214,6 +214,7 @@ impl Node {
             self.clients.check_timers();
             self.executor.throttle().sweep();
             self.executor.tracer().sweep(Instant::now());
+            logs::refusals_left_out(self.executor.refusal_log());
             let now = Instant::now();
             self.executor.sweep(now);
             self.app_servers.default_mode.sweep(now);

@@ -68,6 +68,20 @@ impl Gate {
         state.written += 1;
         Some(std::mem::take(&mut state.suppressed))
     }
+
+    /// The lines left out in a second that has ended, which no later line reported yet (a
+    /// flood that stopped): taken, so that the heartbeat can say so.
+    pub(crate) fn left_out(&self) -> u64 {
+        self.left_out_at(Instant::now())
+    }
+
+    fn left_out_at(&self, now: Instant) -> u64 {
+        let mut state = self.state.lock();
+        if now.saturating_duration_since(state.window_start) < Duration::from_secs(1) {
+            return 0;
+        }
+        std::mem::take(&mut state.suppressed)
+    }
 }
 
 /// A client connection finished its handshake.
@@ -203,6 +217,20 @@ pub(crate) fn refused(
     );
 }
 
+/// Refused connects the gate left out of the log, once their flood has stopped (run every
+/// second: otherwise the count would wait for the next refusal, maybe for ever).
+pub(crate) fn refusals_left_out(gate: &Gate) {
+    let suppressed = gate.left_out();
+    if suppressed > 0 {
+        tracing::info!(
+            target: CONNECTIONS,
+            event = "refused",
+            suppressed,
+            "connects refused and not logged (at most {REFUSALS_PER_SECOND} a second are)"
+        );
+    }
+}
+
 /// One hub message from a client (`direction="in"`), already parsed.
 pub(crate) fn message_in(
     hub: &str,
@@ -273,5 +301,14 @@ mod tests {
         let later = start + Duration::from_millis(1_001);
         assert_eq!(gate.admit_at(later), Some(7));
         assert_eq!(gate.admit_at(later), Some(0));
+        // A flood that stops: its count is taken once its second has ended, and only once.
+        for _ in 0..5 {
+            gate.admit_at(later);
+        }
+        assert_eq!(gate.left_out_at(later), 0, "its second runs still");
+        let after = later + Duration::from_millis(1_001);
+        assert_eq!(gate.left_out_at(after), 4);
+        assert_eq!(gate.left_out_at(after), 0);
+        assert_eq!(gate.admit_at(after), Some(0));
     }
 }

@@ -237,6 +237,8 @@ impl Tracer {
         let mut hubs = self.hubs.write();
         let traced = hubs.entry(hub.clone()).or_insert_with(|| {
             self.active.fetch_add(1, Ordering::Relaxed);
+            // Once per trace: in a cluster the trace is announced again every few seconds.
+            tracing::info!(hub = %hub, seconds = duration.as_secs(), "live trace started");
             Traced {
                 until,
                 until_unix_ms,
@@ -245,7 +247,6 @@ impl Tracer {
         });
         traced.until = until;
         traced.until_unix_ms = until_unix_ms;
-        tracing::info!(hub = %hub, seconds = duration.as_secs(), "live trace started");
         Watch {
             until_unix_ms,
             events: traced.events.subscribe(),

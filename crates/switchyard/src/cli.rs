@@ -12,6 +12,15 @@ use switchyard_node::{Node, ValidConfig};
 
 use crate::settings;
 
+/// A line on stdout from a running service, where a closed or full stdout (a pipe whose
+/// reader left) must not stop it, as `println!` would by panicking.
+macro_rules! status {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "switchyard",
@@ -301,7 +310,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     .node_id
                     .clone()
                     .unwrap_or_else(|| format!("node-{:08x}", rand::random::<u32>()));
-                println!(
+                status!(
                     "Cluster: node {node_id} on {}",
                     switchyard_backplane_redis::redact(url)
                 );
@@ -316,15 +325,15 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
         };
         if config.development_mode() {
-            println!(
+            status!(
                 "Development mode: no access key configured, using the Azure SignalR Emulator's \
                  well-known key; only loopback addresses are allowed. Set --access-key for anything else."
             );
         }
         if config.tls.enabled() {
-            println!("Listening on {bound} (TLS: https and wss)");
+            status!("Listening on {bound} (TLS: https and wss)");
         } else {
-            println!("Listening on {bound}");
+            status!("Listening on {bound}");
         }
         // A configured key stays out of stdout (journals, container logs keep it).
         let key = if config.development_mode() {
@@ -332,9 +341,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         } else {
             HIDDEN_KEY.to_string()
         };
-        println!("ConnectionString: {}", connection_string(&endpoint, &key));
+        status!("ConnectionString: {}", connection_string(&endpoint, &key));
         if !config.development_mode() {
-            println!(
+            status!(
                 "The AccessKey is your access_key setting; `switchyard connection-string` (with the \
                  same settings) prints the string with it."
             );

@@ -370,3 +370,49 @@ fn cluster_start_errors_are_clear() {
     let _ = first.kill();
     let _ = first.wait();
 }
+
+#[test]
+fn serve_keeps_serving_when_its_stdout_reader_is_gone() {
+    let mut child = binary()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("SWITCHYARD_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader of its stdout leaves at once (`switchyard serve | head -0`): every status
+    // line after that meets a closed pipe.
+    drop(child.stdout.take());
+    // Its logs are read to the end, so that only stdout is cut off.
+    let (tx, logs) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut port = None;
+    while let Ok(line) = logs.recv_timeout(Duration::from_secs(20)) {
+        if line.contains("switchyard serving") {
+            let at = line.find("bound=127.0.0.1:").expect("the bound address") + 16;
+            let digits: String = line[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            port = Some(digits);
+            break;
+        }
+    }
+    let port = port.expect("the service started serving");
+    let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    stream
+        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
