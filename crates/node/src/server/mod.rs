@@ -141,7 +141,10 @@ async fn connect(State(app): State<Arc<AppServers>>, request: Request) -> Respon
     let slot = match app.default_mode.take_server_slot(&hub) {
         Ok(slot) => slot,
         Err(why) => {
-            tracing::warn!(hub = %hub, server = %server_id, "app server refused: {why}");
+            // Through the refusals' gate: a fleet retrying against a full node repeats it.
+            if let Some(suppressed) = app.executor.refusal_log().admit() {
+                tracing::warn!(hub = %hub, server = %server_id, suppressed, "app server refused: {why}");
+            }
             let mut response = text_error(StatusCode::TOO_MANY_REQUESTS, why);
             response
                 .headers_mut()

@@ -83,7 +83,9 @@ async fn serve_connection(
     let (kind, migrate) = match accepted {
         Ok(accepted) => accepted,
         Err(Refusal::Refused(error)) => {
-            tracing::info!(%error, "app server handshake refused");
+            if let Some(suppressed) = app.executor.refusal_log().admit() {
+                tracing::info!(%error, suppressed, "app server handshake refused");
+            }
             refuse(&mut socket, &error).await;
             return;
         }
