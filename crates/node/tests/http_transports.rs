@@ -120,6 +120,12 @@ async fn long_poll_times_out_empty_and_inactive_clients_are_dropped() {
     })
     .await;
     assert_eq!(http.poll(&id).await.status(), 404);
+    // Counted as inactive, not as closed by the client.
+    let metrics = server.metrics_text().await;
+    assert!(
+        metrics.contains("switchyard_client_connections_closed_total{reason=\"inactive\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

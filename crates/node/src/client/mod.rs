@@ -411,6 +411,8 @@ impl ClientConnection {
         if self.transport() == Some(Transport::LongPolling)
             && self.poll.idle_for(now_ms) > u64::from(self.poll_inactivity_ms)
         {
+            // Nobody polls to be told: the reason is for the logs, metrics and upstream.
+            self.connection.close(CloseReason::Inactive);
             return Some(Expiry::Discard);
         }
         if !self.handshake_done.load(Ordering::Relaxed) {
