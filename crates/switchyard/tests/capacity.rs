@@ -1,18 +1,18 @@
 //! `switchyard capacity`, run as a real process.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use switchyard_capacity::report::{Latency, Report, Step};
 
+mod common;
+
 fn capacity(args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("SWITCHYARD_") {
-            command.env_remove(name);
-        }
-    }
-    command.arg("capacity").args(args).output().unwrap()
+    common::binary()
+        .arg("capacity")
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn stdout(output: &Output) -> String {

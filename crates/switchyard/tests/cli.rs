@@ -1,19 +1,12 @@
 //! The binary's command-line contract, run as a real process.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    // Keep the test's own SWITCHYARD_* variables (if any) out of the child.
-    for (name, _) in std::env::vars() {
-        if name.starts_with("SWITCHYARD_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
+mod common;
+
+use common::{binary, health};
 
 #[test]
 fn serve_prints_connection_string_and_stops_on_sigterm() {
@@ -44,12 +37,7 @@ fn serve_prints_connection_string_and_stops_on_sigterm() {
         format!("Endpoint=http://127.0.0.1;Port={port};AccessKey=ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGH;Version=1.0;")
     );
     // Health answers without auth.
-    let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-    stream
-        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    let response = health(&port);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     // SIGTERM stops it cleanly.
     Command::new("kill")
@@ -405,12 +393,7 @@ fn serve_keeps_serving_when_its_stdout_reader_is_gone() {
         }
     }
     let port = port.expect("the service started serving");
-    let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-    stream
-        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    let response = health(&port);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(child.try_wait().unwrap().is_none(), "still running");
     child.kill().unwrap();

@@ -4,13 +4,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+/// The binary, quiet but for warnings.
 fn binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("SWITCHYARD_") {
-            command.env_remove(name);
-        }
-    }
+    let mut command = common::binary();
     command.env("SWITCHYARD_LOG", "warn");
     command
 }

@@ -4,23 +4,15 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The service binary without the caller's `SWITCHYARD_*` variables: it refuses unknown
-/// ones, and the test environment may carry some.
-fn binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("SWITCHYARD_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
+mod common;
+
+use common::binary;
 
 /// A running `switchyard serve` on port 0, its stderr lines collected by a thread.
 struct Served {

@@ -13,15 +13,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 
-fn binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("SWITCHYARD_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
+mod common;
+
+use common::binary;
 
 struct Ca {
     issuer: Issuer<'static, KeyPair>,
