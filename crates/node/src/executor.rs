@@ -399,6 +399,16 @@ impl Executor {
         self.backplane.barrier(&self.node_id).await;
     }
 
+    /// [`Executor::barrier`] bounded by `cluster.ask_timeout`: a backplane that does not
+    /// answer delays what waits for it, but never stops it.
+    pub(crate) fn settle(&self) -> switchyard_backplane::Barrier {
+        let barrier = self.backplane.barrier(&self.node_id);
+        let limit = self.config.cluster.ask_timeout;
+        Box::pin(async move {
+            let _ = tokio::time::timeout(limit, barrier).await;
+        })
+    }
+
     /// Whether this node's backplane answers a round trip now (may hang: bound it).
     pub(crate) async fn probe_backplane(&self) -> bool {
         self.backplane.probe(&self.node_id).await

@@ -133,11 +133,16 @@ impl Node {
             executor.tracer().clone(),
         ));
         executor.set_remote_invocations(default_mode.clone());
+        let settle: upstream::Settle = {
+            let executor = executor.clone();
+            Arc::new(move || executor.settle())
+        };
         let upstream = Upstream::new(
             executor.config(),
             executor.keys().clone(),
             metrics.clone(),
             executor.tracer().clone(),
+            settle,
         );
         let clients = Arc::new(Clients::new(
             executor.clone(),

@@ -13,11 +13,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
-use common::{eventually, now, within, TestServer};
+use common::{eventually, now, within, RawClient, TestServer};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use switchyard_auth::{verify_upstream_signature, AccessKeys, TokenBuilder};
+use switchyard_backplane::{Backplane, Barrier, NodeId, Receipt, Sink};
 use switchyard_client::{decode, negotiate, WsClient};
+use switchyard_core::{Channel, Message};
 use switchyard_hub_protocol::{
     encode_completion, encode_message, CompletionResult, Format, FrameSplitter, Headers, HubMessage,
 };
@@ -766,4 +768,63 @@ async fn without_a_template_for_it_an_invoking_client_is_closed() {
     })
     .await;
     assert!(upstream.seen.try_recv().is_err(), "{:?}", upstream.pending);
+}
+
+/// The in-memory backplane, with subscriptions that take effect only once the test says so,
+/// as a slow Redis's would: [`Backplane::barrier`] waits for the word.
+struct SlowSubscriptions {
+    inner: switchyard_backplane::MemoryBackplane,
+    live: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Backplane for SlowSubscriptions {
+    fn attach(&self, node: &NodeId, sink: Arc<dyn Sink>) {
+        self.inner.attach(node, sink)
+    }
+    fn detach(&self, node: &NodeId) {
+        self.inner.detach(node)
+    }
+    fn subscribe(&self, node: &NodeId, channel: &Channel) {
+        self.inner.subscribe(node, channel)
+    }
+    fn unsubscribe(&self, node: &NodeId, channel: &Channel) {
+        self.inner.unsubscribe(node, channel)
+    }
+    fn publish(&self, channels: &[Channel], message: Arc<Message>) {
+        self.inner.publish(channels, message)
+    }
+    fn ask(&self, channel: &Channel, message: Arc<Message>) -> Receipt {
+        self.inner.ask(channel, message)
+    }
+    fn barrier(&self, _node: &NodeId) -> Barrier {
+        let mut live = self.live.clone();
+        Box::pin(async move {
+            let _ = live.wait_for(|live| *live).await;
+        })
+    }
+}
+
+#[tokio::test]
+async fn connected_waits_until_the_connections_subscriptions_are_live() {
+    let mut upstream = Upstream::start().await;
+    let (go_live, live) = tokio::sync::watch::channel(false);
+    let backplane = Arc::new(SlowSubscriptions {
+        inner: switchyard_backplane::MemoryBackplane::new(),
+        live,
+    });
+    let mut config = config(vec![upstream.template("*")], WAIT);
+    // Longer than the test waits below: the bound must not be what lets `connected` go.
+    config.cluster.ask_timeout = Duration::from_secs(30);
+    let server = TestServer::start_on(config, backplane, "n1").await;
+    let (mut client, id) = RawClient::start(&server, HUB, &token(&server, HUB), Format::Json).await;
+
+    // The handshake is in, but a send answering `connected` could not reach the client yet:
+    // neither the upstream nor the client hears anything.
+    let early = tokio::time::timeout(Duration::from_millis(500), upstream.seen.recv()).await;
+    assert!(early.is_err(), "connected went out early: {early:?}");
+
+    go_live.send(true).unwrap();
+    upstream.expect(&id, "connected").await;
+    client.handshake_result().await.unwrap();
+    server.stop().await;
 }

@@ -3,7 +3,8 @@
 //! Azure's "upstream settings" do.
 //!
 //! # Events
-//! - `connections`/`connected` once the client's handshake succeeded; `connections`/
+//! - `connections`/`connected` once the client's handshake succeeded and the backplane
+//!   subscriptions that reach it are live (so a send answering it arrives); `connections`/
 //!   `disconnected` when it ends (`{"type":11}`, with `"error"` when it did not end cleanly).
 //! - `messages`/`{target}` for each Invocation, the body being the message without framing in
 //!   the client's protocol. A blocking invocation is answered with the upstream's framed
@@ -68,6 +69,9 @@ pub(crate) trait UpstreamClient: Send + Sync + 'static {
     fn upstream(&self) -> Option<&ClientUpstream>;
 }
 
+/// Waits for the node's subscriptions so far (see `Executor::settle`).
+pub(crate) type Settle = Arc<dyn Fn() -> switchyard_backplane::Barrier + Send + Sync>;
+
 /// The node's upstream: templates, the HTTP client, and what signs requests.
 pub(crate) struct Upstream {
     templates: Templates,
@@ -76,6 +80,8 @@ pub(crate) struct Upstream {
     metrics: Arc<Metrics>,
     /// Failed and refused requests show in a live trace of the client's hub.
     tracer: Arc<Tracer>,
+    /// Resolves once the node's subscriptions so far are live on the backplane (bounded).
+    settle: Settle,
     /// Bytes of invocations one connection may have waiting.
     max_pending_bytes: usize,
 }
@@ -87,6 +93,7 @@ impl Upstream {
         keys: AccessKeys,
         metrics: Arc<Metrics>,
         tracer: Arc<Tracer>,
+        settle: Settle,
     ) -> Option<Arc<Upstream>> {
         let templates = config.templates().clone();
         if templates.is_empty() {
@@ -104,6 +111,7 @@ impl Upstream {
             keys,
             metrics,
             tracer,
+            settle,
             max_pending_bytes: config.limits.max_pending_bytes_per_connection,
         }))
     }
@@ -217,6 +225,12 @@ impl Upstream {
             ),
         };
         header(&mut headers, "content-type", content_type);
+        if let Event::Connected = event {
+            // A back end often answers `connected` with a send to the connection, maybe
+            // through another node: the connection's subscriptions must be live first (its
+            // handshake response waits for the same).
+            (self.settle)().await;
+        }
         let answer = self.sender.post(&url, headers, body).await;
         let outcome = match &event {
             Event::Invocation {
