@@ -350,20 +350,19 @@ impl DefaultLink {
         let whole = FrameSplitter::new(format, max)
             .whole_prefix_len(&data, searched)
             .map_err(|e| relay_error(e, max))?;
+        let mut shown = None;
         if whole > 0 {
             // Counted per hub message, as Azure bills them: pings (which ASP.NET app servers
             // send every client through here) are not.
             let frames = data.split_to(whole);
             let mut totals = TrafficTotals::default();
             for_each_trackable(format, &frames, |len| totals.add_out(len));
-            let shown = traced.then(|| (format, frames.clone()));
+            shown = traced.then(|| (format, frames.clone()));
             client.hub().deliver(client.connection(), frames, &totals);
             self.pause_if_backed_up(client);
-            self.keep(data, held);
-            return Ok(shown);
         }
         self.keep(data, held);
-        Ok(None)
+        Ok(shown)
     }
 
     /// The client reads slower than its app server writes to it (a fast stream, a slow
