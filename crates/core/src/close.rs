@@ -19,8 +19,9 @@ pub enum CloseReason {
     /// or the peer vanished without a close): a network or client crash, not a protocol
     /// violation. The text is the error.
     SocketError(String),
-    /// A message from the client was larger than the configured maximum.
-    MessageTooLarge { size: usize, limit: usize },
+    /// A message from the client was larger than the configured maximum
+    /// (`limits.max_client_message_size`, in bytes).
+    MessageTooLarge { limit: usize },
     /// The access token expired (`asrs.s.coae`).
     AuthExpired,
     /// Closed through the REST API or by an app server; the text is the caller's reason.
@@ -106,10 +107,10 @@ impl fmt::Display for CloseReason {
             CloseReason::HandshakeTimeout => f.write_str("handshake was not completed in time"),
             CloseReason::ProtocolError(text) => write!(f, "protocol error: {text}"),
             CloseReason::SocketError(text) => write!(f, "socket error: {text}"),
-            CloseReason::MessageTooLarge { size, limit } => write!(
-                f,
-                "the maximum message size of {limit}B was exceeded ({size}B)"
-            ),
+            // ASP.NET Core's wording, which the client shows.
+            CloseReason::MessageTooLarge { limit } => {
+                write!(f, "The maximum message size of {limit}B was exceeded.")
+            }
             CloseReason::AuthExpired => f.write_str("the access token expired"),
             CloseReason::ClosedByApi(Some(reason)) => write!(f, "closed by the API: {reason}"),
             CloseReason::ClosedByApi(None) => f.write_str("closed by the API"),

@@ -316,6 +316,23 @@ async fn malformed_and_oversize_messages_close_only_the_offender() {
         other => panic!("unexpected {other:?}"),
     }
 
+    // Over the WebSocket frame limit (4 x the message limit): cut off by the WebSocket
+    // layer, and closed for the same reason.
+    let (mut huger, _) = connect(&server, "chat", None, Format::Json).await;
+    let bigger = format!("{{\"type\":6,\"pad\":\"{}\"}}\x1e", "x".repeat(20_000));
+    huger.send_raw(bigger.as_bytes()).await.unwrap();
+    let _ = within("close", WAIT, huger.next_non_ping()).await;
+    eventually(
+        "both oversize clients closed as message_too_large",
+        WAIT,
+        || {
+            server.node.metrics.encode().contains(
+                "switchyard_client_connections_closed_total{reason=\"message_too_large\"} 2",
+            )
+        },
+    )
+    .await;
+
     let (mut bad_varint, _) = connect(&server, "chat", None, Format::MessagePack).await;
     bad_varint
         .send_raw(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01])

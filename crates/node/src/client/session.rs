@@ -13,8 +13,8 @@ use http_body_util::{BodyExt, Limited};
 use parking_lot::Mutex;
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
-    encode_close, handshake, is_trackable_type, message_type, peek, Format, FrameSplitter,
-    HandshakeError, Peek, RECORD_SEPARATOR,
+    encode_close, handshake, is_trackable_type, message_type, peek, Format, FrameError,
+    FrameSplitter, HandshakeError, Peek, RECORD_SEPARATOR,
 };
 use switchyard_router::{Join, TrafficTotals};
 
@@ -137,7 +137,7 @@ impl ClientConnection {
         loop {
             let frame = splitter
                 .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
-                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+                .map_err(frame_error)?;
             let Some(frame) = frame else {
                 break;
             };
@@ -205,7 +205,7 @@ impl ClientConnection {
                     Ok(Some(frame)) => frame,
                     Ok(None) => break,
                     Err(e) => {
-                        failure = Some(CloseReason::ProtocolError(e.to_string()));
+                        failure = Some(frame_error(e));
                         break;
                     }
                 };
@@ -628,6 +628,15 @@ pub(super) async fn send(
         client.connection.close(reason);
     }
     StatusCode::OK.into_response()
+}
+
+/// Why a client's bytes could not be split into messages: one too large, or a length the
+/// protocol does not allow.
+fn frame_error(error: FrameError) -> CloseReason {
+    match error {
+        FrameError::TooLarge { limit } => CloseReason::MessageTooLarge { limit },
+        other => CloseReason::ProtocolError(other.to_string()),
+    }
 }
 
 #[cfg(test)]

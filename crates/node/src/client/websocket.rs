@@ -287,7 +287,9 @@ fn run<'a>(
                     Some(Ok(WsMessage::Close(_))) => Step::Stop,
                     None => Step::Dropped,
                     Some(Err(_)) if client.resume().is_some() => Step::Dropped,
-                    Some(Err(error)) => break read_error(error),
+                    Some(Err(error)) => {
+                        break read_error(error, clients.config().limits.max_client_message_size)
+                    }
                 },
                 next = client.connection.outbound().next_batch_gated(&mut batch, take) => match next {
                     Batch::Frames => Step::Write,
@@ -520,12 +522,20 @@ async fn close(
     close_socket(clients, client, socket).await;
 }
 
-/// Why a read failed: the socket (network or TLS error, a peer gone without a close frame)
-/// or what the peer sent (a bad frame, bad UTF-8, a frame over the limit).
-fn read_error(error: axum::Error) -> CloseReason {
-    use tungstenite::error::ProtocolError;
+/// Why a read failed: the socket (network or TLS error, a peer gone without a close frame),
+/// a frame over the limit (`limit`: the configured message limit), or what else the peer
+/// sent wrong (a bad frame, bad UTF-8).
+fn read_error(error: axum::Error, limit: usize) -> CloseReason {
+    use tungstenite::error::{CapacityError, ProtocolError};
     use tungstenite::Error;
     let error = error.into_inner();
+    // A frame over the WebSocket limit (a multiple of the message limit, as one frame may
+    // batch messages): a message too large, whichever layer saw it first.
+    if let Some(Error::Capacity(CapacityError::MessageTooLong { .. })) =
+        error.downcast_ref::<Error>()
+    {
+        return CloseReason::MessageTooLarge { limit };
+    }
     let socket = match error.downcast_ref::<Error>() {
         Some(Error::Io(_) | Error::Tls(_) | Error::ConnectionClosed | Error::AlreadyClosed) => true,
         Some(Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => true,
