@@ -25,6 +25,9 @@ use crate::config::Dashboard;
 
 /// Events a watcher may fall behind by before it loses some (it is told how many).
 const BACKLOG: usize = 4096;
+/// How often watchers (a dashboard page's session, another node's relay) take what a trace
+/// gathered: on a timer, not woken per event.
+pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// One thing that happened in a traced hub, as the page and the JSON-lines download show it.
 #[derive(Clone, Debug, Serialize)]
@@ -325,14 +328,18 @@ impl Tracer {
     }
 }
 
-/// Whether a hub message is transport chatter a trace leaves out: pings, acks, sequences.
+/// Whether a hub message type is transport chatter a trace leaves out: pings, acks,
+/// sequences.
+pub(crate) fn is_chatter_type(kind: u8) -> bool {
+    matches!(
+        kind,
+        message_type::PING | message_type::ACK | message_type::SEQUENCE
+    )
+}
+
+/// [`is_chatter_type`] of a message body.
 pub(crate) fn is_chatter(format: Format, body: &[u8]) -> bool {
-    peek(format, body).is_ok_and(|peeked| {
-        matches!(
-            peeked.message_type,
-            message_type::PING | message_type::ACK | message_type::SEQUENCE
-        )
-    })
+    peek(format, body).is_ok_and(|peeked| is_chatter_type(peeked.message_type))
 }
 
 /// The bodies of the whole hub messages in `framed` (what a send or a relay carries).

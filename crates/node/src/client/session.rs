@@ -444,10 +444,7 @@ impl ClientConnection {
     /// A message from the client, in the live trace (not its pings, acks and sequences).
     #[cold]
     fn trace_inbound(&self, clients: &Clients, format: Format, message_type: u8, body: &[u8]) {
-        if matches!(
-            message_type,
-            message_type::PING | message_type::ACK | message_type::SEQUENCE
-        ) {
+        if crate::trace::is_chatter_type(message_type) {
             return;
         }
         self.trace(clients, "message", |event| {

@@ -23,7 +23,7 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use super::view::Filter;
 use super::Dashboard;
 use crate::command::Command;
-use crate::trace::{Shown, Watch};
+use crate::trace::{Shown, Watch, LOOK_EVERY};
 
 /// Largest message the page may send (its invocations are small).
 pub(super) const MAX_MESSAGE: usize = 64 * 1024;
@@ -31,8 +31,6 @@ pub(super) const MAX_MESSAGE: usize = 64 * 1024;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most trace events in one `trace` message.
 const TRACE_BATCH: usize = 500;
-/// How often a watched trace's events go to the page.
-const TRACE_EVERY: Duration = Duration::from_millis(100);
 
 /// How often a watched trace is announced to the cluster again, for nodes that joined since.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
@@ -55,7 +53,7 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
     snapshots.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut lists = interval(Duration::from_secs(2));
     lists.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut traces = interval(TRACE_EVERY);
+    let mut traces = interval(LOOK_EVERY);
     traces.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut heard = Instant::now();
     loop {

@@ -15,10 +15,8 @@ use tokio::time::{interval, MissedTickBehavior};
 
 use super::view::Request;
 use super::Dashboard;
-use crate::trace::{Event, OnNode, TraceEvent, Watch};
+use crate::trace::{Event, OnNode, TraceEvent, Watch, LOOK_EVERY};
 
-/// How often a node passes its events on.
-const RELAY_EVERY: Duration = Duration::from_millis(100);
 /// Most events a node passes on per look (10 looks a second); the rest are counted as lost.
 /// Bounds what one busy trace puts on the backplane.
 const RELAY_MAX: usize = 500;
@@ -110,7 +108,7 @@ impl Dashboard {
 /// Passes this node's events of the trace of `hub` to the nodes that traced it, until the
 /// trace ends here (time limit or stopped).
 async fn relay(dashboard: Weak<Dashboard>, hub: HubName, mut watch: Watch) {
-    let mut ticks = interval(RELAY_EVERY);
+    let mut ticks = interval(LOOK_EVERY);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
@@ -138,7 +136,7 @@ async fn relay(dashboard: Weak<Dashboard>, hub: HubName, mut watch: Watch) {
             event.count = Some(lost);
             event.detail = Some(format!(
                 "{lost} events of node {node} were not passed on (more than {} a second)",
-                RELAY_MAX as u64 * 1000 / RELAY_EVERY.as_millis() as u64
+                RELAY_MAX as u64 * 1000 / LOOK_EVERY.as_millis() as u64
             ));
             lost_event = event;
             events.push(OnNode {
