@@ -241,13 +241,20 @@ def client_session():
 
 
 def backplane_envelope():
-    """Envelopes as crates/backplane/src/envelope.rs writes them:
-    [version, origin, seq, kind, hub, ...fields]."""
+    """Envelopes as crates/backplane/src/envelope/mod.rs writes them (version 2):
+    [version, origin, seq, kind, hub, ...fields]; kinds 6 and 7 carry a control body (the
+    node's own encoding, crates/node/src/cluster/control.rs) as one binary field."""
     def arr(*items):
         return bytes([0x90 | len(items)]) + b"".join(items)
 
     def u(n):
         return bytes([n]) if n < 128 else b"\xcf" + struct.pack(">Q", n)
+
+    def body(data):
+        assert len(data) < 65536
+        if len(data) < 256:
+            return msgpack_bin(data)
+        return b"\xc5" + struct.pack(">H", len(data)) + data
 
     s = msgpack_str
     hub = s("app_chat")
@@ -263,16 +270,18 @@ def backplane_envelope():
         arr(u(6), arr(s("g1"), s("g2"))),
     ]
     origin = u(2**63 + 5)
+    v = u(2)
     for target in targets:
-        seed("backplane_envelope", arr(u(1), origin, u(7), u(0), hub, target, payloads))
-    seed("backplane_envelope", arr(u(1), origin, u(8), u(1), hub, s("c"), s("g")))
-    seed("backplane_envelope", arr(u(1), origin, u(9), u(2), hub, s("c"), b"\xc0"))
-    seed("backplane_envelope", arr(u(1), origin, u(10), u(3), hub, s("u"), s("g"), b"\xcd\x05\xdc"))
-    seed("backplane_envelope", arr(u(1), origin, u(11), u(4), hub, s("u"), s("g")))
+        seed("backplane_envelope", arr(v, origin, u(7), u(0), hub, target, payloads))
+    seed("backplane_envelope", arr(v, origin, u(8), u(1), hub, s("c"), s("g")))
+    seed("backplane_envelope", arr(v, origin, u(9), u(2), hub, s("c"), b"\xc0"))
+    seed("backplane_envelope", arr(v, origin, u(10), u(3), hub, s("u"), s("g"), b"\xcd\x05\xdc"))
+    seed("backplane_envelope", arr(v, origin, u(11), u(4), hub, s("u"), s("g")))
     seed("backplane_envelope",
-         arr(u(1), origin, u(12), u(5), hub, targets[3], arr(s("k")), arr(u(0), s("bye"))))
-    seed("backplane_envelope", arr(u(1), origin, u(13), u(5), hub, targets[0], arr(), arr(u(1))))
-    # Asks (kind 6: hub, from, id, question) and answers (kind 7: hub, id, answer).
+         arr(v, origin, u(12), u(5), hub, targets[3], arr(s("k")), arr(u(0), s("bye"))))
+    seed("backplane_envelope", arr(v, origin, u(13), u(5), hub, targets[0], arr(), arr(u(1))))
+    # Control bodies: asks [0, from, id, question], answers [1, id, answer], presence
+    # [2, node, instance, leaving, [[hub, [server ids]]…]], trace events [3, from, events].
     questions = [
         arr(u(0), s("c"), s("g")),
         arr(u(1), s("c"), b"\xc0"),
@@ -284,37 +293,30 @@ def backplane_envelope():
         arr(u(10), b"\xc0", u(100)),
         arr(u(10), arr(hub, s("u"), s("g")), u(2)),
         arr(u(11), s("c"), s("c-1-2"), s("host_1"), payloads),
+        arr(u(12), s('{"filter":null}')),
     ]
-    for i, question in enumerate(questions):
-        seed("backplane_envelope", arr(u(1), origin, u(20 + i), u(6), hub, s("n1"), u(i), question))
+    controls = [arr(u(0), s("n1"), u(i), q) for i, q in enumerate(questions)]
     answers = [
         arr(u(0)),
         arr(u(2), arr(s("c1"), b"\xc0", s("c2"), s("u"))),
         arr(u(3), s("http://10.0.0.1:8080")),
         arr(u(4), arr(hub, s("u"), s("g"), b"\xc0", hub, s("u"), s("g2"), b"\xcd\x05\xdc")),
+        arr(u(5), u(1000)),
+        arr(u(6), s('{"node":{"id":"n1"}}')),
     ]
-    for i, answer in enumerate(answers):
-        seed("backplane_envelope", arr(u(1), origin, u(40 + i), u(7), hub, u(i), answer))
-    # Presence (kind 8: hub, node, instance, leaving, [[hub, [server ids]]…]).
-    seed("backplane_envelope", arr(u(1), origin, u(60), u(8), hub, s("n1"), s("n1~abcd1234"), b"\xc2", arr()))
-    seed("backplane_envelope", arr(u(1), origin, u(61), u(8), hub, s("n2"), s("n2~x"), b"\xc3",
-                                   arr(arr(hub, arr(s("host_1"), s("host_2"))), arr(s("other"), arr()))))
-    seed("backplane_envelope", b"garbage", cut=3)
-
-
-def backplane_envelope_trace():
-    """Kind 9: live-trace events passed to the node whose dashboard traces the hub."""
-    def arr(*items):
-        assert len(items) < 16
-        return bytes([0x90 | len(items)]) + b"".join(items)
-
-    def s(text):
-        data = text.encode()
-        return (bytes([0xA0 | len(data)]) if len(data) < 32 else bytes([0xD9, len(data)])) + data
-
+    controls += [arr(u(1), u(i), a) for i, a in enumerate(answers)]
+    controls.append(arr(u(2), s("n1"), s("n1~abcd1234"), b"\xc2", arr()))
+    controls.append(arr(u(2), s("n2"), s("n2~x"), b"\xc3",
+                        arr(arr(hub, arr(s("host_1"), s("host_2"))), arr(s("other"), arr()))))
     events = '[{"node":"n2","time":1,"kind":"connected","connectionId":"c1"}]'
-    seed("backplane_envelope", arr(b"\x01", b"\x07", b"\x09", b"\x09", s("chat"), s("n2"), s(events)))
-    seed("backplane_envelope", arr(b"\x01", b"\x07", b"\x0a", b"\x09", s("chat"), s("n2")), knob=0)
+    controls.append(arr(u(3), s("n2"), b"\xd9" + bytes([len(events)]) + events.encode()))
+    for i, control in enumerate(controls):
+        kind = u(7) if i % 3 == 0 else u(6)
+        envelope = arr(v, origin, u(20 + i), kind, hub, body(control))
+        seed("backplane_envelope", envelope)
+        # Cut inside the control body, so that its strict prefix is checked too.
+        seed("backplane_envelope", envelope, cut=len(envelope) - 2)
+    seed("backplane_envelope", b"garbage", cut=3)
 
 
 def admin_hub():
@@ -346,6 +348,144 @@ def admin_hub():
     seed("admin_hub", "\x1e\x1e[" * 100, knob=0)
 
 
+def mp(value):
+    """A small MessagePack encoder for the seeds: ints, str, bytes, lists, dicts, None."""
+    if value is None:
+        return b"\xc0"
+    if isinstance(value, bool):
+        return b"\xc3" if value else b"\xc2"
+    if isinstance(value, int):
+        if 0 <= value < 128:
+            return bytes([value])
+        return b"\xd2" + struct.pack(">i", value)
+    if isinstance(value, str):
+        return msgpack_str(value)
+    if isinstance(value, bytes):
+        return msgpack_bin(value)
+    if isinstance(value, list):
+        assert len(value) < 16
+        return bytes([0x90 | len(value)]) + b"".join(mp(v) for v in value)
+    if isinstance(value, dict):
+        assert len(value) < 16
+        return bytes([0x80 | len(value)]) + b"".join(mp(k) + mp(v) for k, v in value.items())
+    raise TypeError(value)
+
+
+def varint_framed(body):
+    """A service-protocol or MessagePack hub-protocol frame: VarInt length, then the body."""
+    n, prefix = len(body), b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        prefix += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return prefix + body
+
+
+def app_server_session():
+    """After the handshake: every service-protocol vector (the handshakes are a second
+    handshake now), and commands naming the client (`{client-connection-id}` is its id) in each setup."""
+    CID = "{client-connection-id}"  # as long as a generated id: no length prefix changes
+    frames = [bytes.fromhex(v["framed_hex"]) for v in load("service-protocol.json")
+              if v.get("kind") == "service-protocol-message"]
+    for framed in frames:
+        seed("app_server_session", framed, knob=0x10)
+        seed("app_server_session", framed, cut=1, knob=0x02)
+    for i in range(0, len(frames), 5):
+        group = frames[i:i + 5]
+        seed("app_server_session", b"".join(group), cut=len(group[0]) + 1, knob=0x11)
+    invocation = b'{"type":1,"target":"m","arguments":["hi"]}\x1e'
+    payloads = {"json": invocation}
+    commands = [
+        [6, CID, b"{}\x1e" + invocation],            # ConnectionData: handshake + message
+        [18, CID, "g1", 1],                          # JoinGroupWithAck
+        [13, "g1", [], payloads],                        # GroupBroadcast
+        [19, CID, "g1", 2],                          # LeaveGroupWithAck
+        [16, "u1", "g2"],                                # UserJoinGroup
+        [8, "u1", payloads],                             # UserData
+        [10, [], payloads],                              # Broadcast
+        [7, [CID, "nobody"], payloads],              # MultiConnectionData
+        [18, "nobody", "g1", 3],                         # JoinGroupWithAck, unknown id
+        [5, CID, "bye", {}],                         # CloseConnection
+    ]
+    stream = b"".join(varint_framed(mp(c)) for c in commands)
+    for knob in (0x10, 0x11, 0x14, 0x18, 0x30, 0x50, 0x90, 0xD0):
+        seed("app_server_session", stream, knob=knob)
+        seed("app_server_session", stream, cut=len(varint_framed(mp(commands[0]))) + 2, knob=knob)
+    for command in commands:
+        seed("app_server_session", varint_framed(mp(command)), knob=0x10)
+    # Broken: a frame longer than the limit, a truncated frame, an unknown type, a text-ish body.
+    seed("app_server_session", varint_framed(mp([6, CID, b"x" * 100])), knob=0x30)
+    seed("app_server_session", varint_framed(mp([18, CID, "g1", 4]))[:-2], knob=0x10)
+    seed("app_server_session", varint_framed(mp([99, "x"])) + varint_framed(b"\xff\xff"), knob=0x10)
+    seed("app_server_session", b"\xff\xff\xff\xff\xff\x01", knob=0x00)
+
+
+def upstream_reply():
+    """Upstream answers to invocation 7: completions in both protocols (value, void, error),
+    for another id, twice, unframed, empty, over the 48-byte limit, not a completion."""
+    json_completions = [
+        b'{"type":3,"invocationId":"7","result":42}\x1e',
+        b'{"type":3,"invocationId":"7"}\x1e',
+        b'{"type":3,"invocationId":"7","error":"nope"}\x1e',
+        b'{"type":3,"invocationId":"7","result":{"a":[1,2,3],"b":"' + b"x" * 60 + b'"}}\x1e',
+        b'{"type":3,"invocationId":"8","result":1}\x1e',
+        b'{"type":3,"invocationId":"7","result":1}',
+        b'{"type":3,"invocationId":"7"}\x1e{"type":3,"invocationId":"7"}\x1e',
+        b'{"type":1,"target":"m","arguments":[]}\x1e',
+        b'{"type":3,"invocationId":7}\x1e',
+        b'',
+        b'not json',
+    ]
+    msgpack_completions = [
+        varint_framed(mp([3, {}, "7", 3, 42])),
+        varint_framed(mp([3, {}, "7", 2])),
+        varint_framed(mp([3, {}, "7", 1, "nope"])),
+        varint_framed(mp([3, {}, "8", 3, 1])),
+        varint_framed(mp([3, {}, "7", 3, b"z" * 70])),
+        mp([3, {}, "7", 2]),
+    ]
+    for body in json_completions:
+        for knob in (0x00, 0x02, 0x08, 0x10, 0x11):
+            seed("upstream_reply", body, knob=knob)
+    for body in msgpack_completions:
+        for knob in (0x04, 0x07, 0x0C, 0x14):
+            seed("upstream_reply", body, knob=knob)
+
+
+def client_negotiate():
+    """Negotiate answers: this service's (v0 and v1), redirects (relative, absolute, https,
+    with and without a token), errors, an ASP.NET SignalR answer, odd transports, non-JSON."""
+    bodies = [
+        {"negotiateVersion": 1, "connectionId": "c1", "connectionToken": "t1",
+         "availableTransports": [
+             {"transport": "WebSockets", "transferFormats": ["Text", "Binary"]},
+             {"transport": "ServerSentEvents", "transferFormats": ["Text"]},
+             {"transport": "LongPolling", "transferFormats": ["Text", "Binary"]}]},
+        {"connectionId": "c0", "availableTransports": [
+            {"transport": "LongPolling", "transferFormats": ["Text"]}]},
+        {"negotiateVersion": 0, "connectionId": "c0", "connectionToken": "ignored",
+         "availableTransports": []},
+        {"negotiateVersion": 1, "connectionId": "c1", "availableTransports": [
+            {"transport": "LongPolling"}, {"transferFormats": ["Text"]}, 5]},
+        {"url": "/client/?hub=other", "accessToken": "redirected"},
+        {"url": "http://127.0.0.1:9/client/?hub=chat", "accessToken": "redirected"},
+        {"url": "https://example.invalid/client/?hub=chat"},
+        {"url": "ws://nowhere/", "accessToken": "x"},
+        {"error": "Not allowed"},
+        {"error": 5},
+        {"ProtocolVersion": "1.5", "Url": "/signalr"},
+        {"negotiateVersion": "1", "connectionId": 7, "useStatefulReconnect": True},
+    ]
+    for body in bodies:
+        text = json.dumps(body).encode()
+        for knob in (0x00, 0x08, 0x04, 0x0C, 0x02, 0x03, 0x14):
+            seed("client_negotiate", text, knob=knob)
+    for raw in (b"", b"{", b"[]", b"null", b'{"connectionId":"\xff"}', b'"text"'):
+        seed("client_negotiate", raw, knob=0x00)
+        seed("client_negotiate", raw, knob=0x04)
+
+
 if __name__ == "__main__":
     backplane_envelope()
     hub_protocol()
@@ -355,7 +495,9 @@ if __name__ == "__main__":
     rest_body()
     negotiate_query()
     client_session()
-    backplane_envelope_trace()
     admin_hub()
+    app_server_session()
+    upstream_reply()
+    client_negotiate()
     for target in sorted(os.listdir(CORPUS)):
         print(target, len(os.listdir(os.path.join(CORPUS, target))))

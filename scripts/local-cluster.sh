@@ -1,31 +1,58 @@
 #!/usr/bin/env bash
 # A cluster on this machine, for development: one redis-server, N switchyard nodes sharing it,
-# and nginx in front balancing round-robin without sticky sessions. Everything listens on
-# 127.0.0.1; Ctrl-C (or SIGTERM) stops it all.
+# and nginx in front balancing round-robin without sticky sessions, with the project's own
+# configuration (deploy/nginx/switchyard.conf). Everything listens on 127.0.0.1; Ctrl-C (or
+# SIGTERM) stops it all.
 #
 # Usage: scripts/local-cluster.sh [NODES]        (default 3)
 #   PORT=8888            the load balancer's port (clients, REST and app servers use it)
+#   NODE_PORT=8001       the first node's port; node i listens on NODE_PORT + i - 1
 #   REDIS_PORT=6390      redis-server's port; REDIS_URL=… uses a running Redis instead
 #   SWITCHYARD=path      the binary (default: target/release/switchyard, built if missing)
+#   LOGS=dir             where the logs go (default target/local-cluster); the last run's
+#                        are replaced at start and kept after the cluster stops
 # Needs redis-server (Debian: redis-server) and nginx (Debian: nginx-light).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 nodes="${1:-3}"
 port="${PORT:-8888}"
+node_port="${NODE_PORT:-8001}"
 redis_port="${REDIS_PORT:-6390}"
 bin="${SWITCHYARD:-target/release/switchyard}"
-dir="$(mktemp -d -t switchyard-cluster-XXXXXX)"
+dir="${LOGS:-target/local-cluster}"
 pids=()
+
+# deploy/nginx/switchyard.conf for these ports, changed the way its header says (and
+# tests/e2e/lib/cluster.js does): the `listen 127.0.0.1:8888;` line gets the balancer's address,
+# the `server 127.0.0.1:800N;` lines one line per node. $1: listen address; then the nodes.
+nginx_config() {
+  local listen="$1"
+  shift
+  awk -v listen="$listen" -v servers="$*" '
+    /^[ \t]*listen 127\.0\.0\.1:8888;$/ {
+      match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "listen " listen ";"; listened = 1; next
+    }
+    /^[ \t]*server 127\.0\.0\.1:800[0-9];$/ {
+      if (!served) {
+        match($0, /^[ \t]*/); n = split(servers, list, " ")
+        for (i = 1; i <= n; i++) print substr($0, 1, RLENGTH) "server " list[i] ";"
+        served = 1
+      }
+      next
+    }
+    { print }
+    END { if (!listened || !served) exit 1 }
+  ' deploy/nginx/switchyard.conf
+}
 
 stop() {
   trap - EXIT INT TERM
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$dir"
+  echo "logs kept in $dir"
   exit 0
 }
-trap stop EXIT INT TERM
 
 if [ ! -x "$bin" ]; then
   echo "building $bin"
@@ -33,6 +60,13 @@ if [ ! -x "$bin" ]; then
 fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 [ -x "$nginx_bin" ] || { echo "nginx is needed (apt-get install nginx-light)"; exit 1; }
+
+# The last run's files only: LOGS may name a directory that holds other things.
+mkdir -p "$dir"
+rm -rf "$dir"/n[0-9]*.out "$dir"/n[0-9]*.log "$dir/redis.log" "$dir/nginx.conf" "$dir/nginx"
+mkdir -p "$dir/nginx"
+dir="$(cd "$dir" && pwd)"
+trap stop EXIT INT TERM
 
 if [ -z "${REDIS_URL:-}" ]; then
   command -v redis-server >/dev/null || { echo "redis-server is needed (apt-get install redis-server)"; exit 1; }
@@ -46,13 +80,13 @@ if [ -z "${REDIS_URL:-}" ]; then
   done
 fi
 
-upstreams=""
+upstreams=()
 for i in $(seq "$nodes"); do
-  node_port=$((port + i))
-  "$bin" serve --listen "127.0.0.1:$node_port" --redis "$REDIS_URL" --node-id "n$i" \
+  address="127.0.0.1:$((node_port + i - 1))"
+  "$bin" serve --listen "$address" --redis "$REDIS_URL" --node-id "n$i" \
     --public-endpoint "http://127.0.0.1:$port" >"$dir/n$i.out" 2>"$dir/n$i.log" &
   pids+=($!)
-  upstreams="$upstreams server 127.0.0.1:$node_port;"
+  upstreams+=("$address")
 done
 for i in $(seq "$nodes"); do
   for _ in $(seq 100); do
@@ -62,51 +96,17 @@ for i in $(seq "$nodes"); do
   grep -q '^Listening on' "$dir/n$i.out" || { echo "node n$i did not start:"; cat "$dir/n$i.log"; exit 1; }
 done
 
-# The same settings as docs/cluster.md's example: WebSocket upgrades passed on, responses
-# streamed (Server-Sent Events), long polls held.
-mkdir -p "$dir/nginx"
-cat >"$dir/nginx.conf" <<EOF
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/nginx-error.log warn;
-daemon off;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir/nginx/body;
-  proxy_temp_path $dir/nginx/proxy;
-  fastcgi_temp_path $dir/nginx/fastcgi;
-  uwsgi_temp_path $dir/nginx/uwsgi;
-  scgi_temp_path $dir/nginx/scgi;
-  map \$http_upgrade \$connection_upgrade { default upgrade; '' ''; }
-  upstream switchyard { $upstreams }
-  server {
-    listen 127.0.0.1:$port;
-    location / {
-      proxy_pass http://switchyard;
-      proxy_http_version 1.1;
-      proxy_set_header Upgrade \$http_upgrade;
-      proxy_set_header Connection \$connection_upgrade;
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 300s;
-      proxy_send_timeout 300s;
-    }
-  }
-}
-EOF
-"$nginx_bin" -p "$dir/nginx" -c "$dir/nginx.conf" -e "$dir/nginx-error.log" &
+nginx_config "127.0.0.1:$port" "${upstreams[@]}" >"$dir/nginx.conf" \
+  || { echo "deploy/nginx/switchyard.conf has no 'listen 127.0.0.1:8888;' or 'server 127.0.0.1:800N;' line to replace"; exit 1; }
+"$nginx_bin" -p "$dir/nginx" -e "$dir/nginx/error.log" -c "$dir/nginx.conf" -g 'daemon off;' &
 pids+=($!)
 
 key="$(grep -o 'AccessKey=[^;]*' "$dir/n1.out" | head -1)"
 echo "Cluster of $nodes nodes on $REDIS_URL behind nginx on 127.0.0.1:$port"
 echo "ConnectionString: Endpoint=http://127.0.0.1;Port=$port;$key;Version=1.0;"
-echo "Nodes: $(seq -s ' ' -f "127.0.0.1:%g" $((port + 1)) $((port + nodes))); logs in $dir"
+echo "Dashboard: http://127.0.0.1:$port/dashboard"
+echo "Nodes: ${upstreams[*]}; logs in $dir (nN.log, redis.log, nginx/error.log, nginx/access.log)"
 echo "Ctrl-C stops everything."
 wait -n "${pids[@]}" || true
-if [ -d "$dir" ]; then
-  echo "a process of the cluster exited; the last lines of the logs:"
-  tail -n 5 "$dir"/*.log
-fi
+echo "a process of the cluster exited; the last lines of the logs:"
+tail -n 5 "$dir"/*.log "$dir/nginx/error.log"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Refreshes the third-party files the dashboard embeds (crates/node/assets/dashboard/vendor)
 # from npm, at the versions pinned here: the official SignalR browser client and uPlot.
-# Both are MIT-licensed; their notices are kept beside them.
+# Both are MIT-licensed; their notices are kept beside them (uPlot.LICENSE from its package;
+# signalr.LICENSE by hand: the npm package ships none). THIRD-PARTY-NOTICES.md reproduces both:
+# run scripts/third-party-notices.py after changing a version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIGNALR_VERSION=10.0.11

@@ -74,10 +74,15 @@ fn split_str(s: &str, at: usize) -> (&str, &str) {
 // The targets that run the service itself (`switchyard-node`), each in its own file.
 mod service_node;
 
+mod http_stub;
+
 pub mod admin_hub;
+pub mod app_server_session;
+pub mod client_negotiate;
 pub mod client_session;
 pub mod negotiate_query;
 pub mod rest_body;
+pub mod upstream_reply;
 
 /// `FrameSplitter` + `peek` + `json::decode` / `msgpack::decode` and their encoders.
 pub mod hub_frames {
@@ -458,6 +463,7 @@ pub mod handshake {
 pub mod backplane_envelope {
     use bytes::Bytes;
     use switchyard_backplane::envelope::{decode, encode};
+    use switchyard_core::Message;
 
     use crate::Input;
 
@@ -477,9 +483,13 @@ pub mod backplane_envelope {
             let encoded = encode(stamp, &message);
             assert_eq!(
                 decode(&encoded),
-                Ok((stamp, message)),
+                Ok((stamp, message.clone())),
                 "envelope round trip"
             );
+            // The node's own reading of what rides inside.
+            if let Message::Control { body, .. } = &message {
+                switchyard_node::fuzzing::control_body(body, input.cut.min(body.len()));
+            }
         }
     }
 }
@@ -901,66 +911,44 @@ mod tests {
             for entry in entries {
                 let path = entry.expect("corpus entry").path();
                 let data = std::fs::read(&path).expect("corpus file");
-                check(&data);
+                // Named on failure, so the input can be run again on its own.
+                if std::panic::catch_unwind(|| check(&data)).is_err() {
+                    panic!("{target} failed on {}", path.display());
+                }
                 count += 1;
             }
         }
         assert!(count > 0, "empty corpus for {target}");
     }
 
-    #[test]
-    fn replay_hub_frames_json() {
-        replay("hub_frames_json", hub_frames_json::check);
-    }
+    // One `replay_<target>` test per file in `fuzz_targets/`, written by `build.rs`, and
+    // `TARGETS`, their names.
+    include!(concat!(env!("OUT_DIR"), "/replay.rs"));
 
+    /// Every target is a `[[bin]]` cargo-fuzz can run, has a corpus, and is in the README's
+    /// table; every `[[bin]]` is a target.
     #[test]
-    fn replay_hub_frames_msgpack() {
-        replay("hub_frames_msgpack", hub_frames_msgpack::check);
-    }
-
-    #[test]
-    fn replay_backplane_envelope() {
-        replay("backplane_envelope", backplane_envelope::check);
-    }
-
-    #[test]
-    fn replay_handshake() {
-        replay("handshake", handshake::check);
-    }
-
-    #[test]
-    fn replay_connection_string() {
-        replay("connection_string", connection_string::check);
-    }
-
-    #[test]
-    fn replay_jwt_verify() {
-        replay("jwt_verify", jwt_verify::check);
-    }
-
-    #[test]
-    fn replay_service_protocol() {
-        replay("service_protocol", service_protocol::check);
-    }
-
-    #[test]
-    fn replay_rest_body() {
-        replay("rest_body", rest_body::check);
-    }
-
-    #[test]
-    fn replay_negotiate_query() {
-        replay("negotiate_query", negotiate_query::check);
-    }
-
-    #[test]
-    fn replay_client_session() {
-        replay("client_session", client_session::check);
-    }
-
-    #[test]
-    fn replay_admin_hub() {
-        replay("admin_hub", admin_hub::check);
+    fn every_target_is_built_seeded_and_listed() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+        let mut bins: Vec<&str> = manifest
+            .split("[[bin]]")
+            .skip(1)
+            .filter_map(|bin| bin.split("name = \"").nth(1)?.split('"').next())
+            .collect();
+        bins.sort_unstable();
+        assert_eq!(bins, TARGETS, "[[bin]] entries vs fuzz_targets/");
+        let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+        for target in TARGETS {
+            assert!(
+                root.join("corpus").join(target).is_dir(),
+                "no corpus/{target}/ (fuzz/seeds.py writes the seeds)"
+            );
+            assert!(
+                readme.contains(&format!("| `{target}` |")),
+                "{target} is not in the README's table of targets"
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,12 @@
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { startCluster, metric } = require('./lib/cluster');
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const WebSocket = require('ws');
+const { startCluster, metric, nginxConfig, nginxBinary, NGINX_CONF } = require('./lib/cluster');
 const { Rest } = require('./lib/rest');
 const { VALID, connect, closeAll, uniqueHub, waitFor } = require('./lib/client');
 const { CutProxy } = require('./lib/proxy');
@@ -17,6 +22,95 @@ const { build, cutDuring, until, range, assertExactly } = require('./lib/statefu
 // The single-node cases that hold for any serverless service (the others start processes of
 // their own).
 const CASES = ['connect', 'exclude', 'targets', 'close', 'args', 'invoke', 'skip-negotiation', 'default-mode'];
+
+/**
+ * Opens the dashboard's admin hub as the page does (a WebSocket from a page of `origin`, the
+ * JSON hub protocol) and waits for a snapshot that `ready` accepts. Resolves with
+ * `{ status: 101, snapshot }`, or `{ status }` when the upgrade is refused.
+ */
+function adminHub(baseUrl, origin, ready = () => true, timeoutMs = 10000) {
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(`${baseUrl.replace('http', 'ws')}/dashboard/hub`, { headers: { Origin: origin } });
+    const timer = setTimeout(() => {
+      socket.terminate();
+      reject(new Error(`no snapshot from the admin hub within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const done = (value) => {
+      clearTimeout(timer);
+      socket.terminate();
+      resolve(value);
+    };
+    socket.on('unexpected-response', (request, response) => {
+      clearTimeout(timer);
+      request.destroy();
+      resolve({ status: response.statusCode });
+    });
+    socket.on('open', () => socket.send('{"protocol":"json","version":1}\x1e'));
+    socket.on('message', (data) => {
+      for (const frame of data.toString().split('\x1e').filter(Boolean)) {
+        const message = JSON.parse(frame);
+        if (message.type === 1 && message.target === 'snapshot' && ready(message.arguments[0])) {
+          done({ status: 101, snapshot: message.arguments[0] });
+        }
+      }
+    });
+    socket.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+  });
+}
+
+/**
+ * The dashboard as a browser uses it through the balancer: the page, then its admin hub from
+ * the page's origin (the balancer's address, port included), which must show every node;
+ * a page of another site is refused.
+ */
+async function dashboardThroughBalancer(cluster) {
+  const { baseUrl } = cluster.lb;
+  const page = await fetch(`${baseUrl}/dashboard`, { signal: AbortSignal.timeout(5000) });
+  assert.equal(page.status, 200);
+  assert.match(await page.text(), /\/dashboard\/assets\/signalr\.min\.js/);
+  const every = (snapshot) => snapshot.nodes.length === cluster.nodes.length;
+  const own = await adminHub(baseUrl, baseUrl, every);
+  assert.equal(own.status, 101, `the admin hub refused the dashboard's own page:\n${cluster.nginx.log()}`);
+  assert.deepEqual(own.snapshot.nodes.map((n) => n.id).sort(), cluster.nodes.map((n) => n.nodeId).sort());
+  assert.equal((await adminHub(baseUrl, 'http://evil.example')).status, 403);
+  const otherPort = new URL(baseUrl);
+  otherPort.port = String(Number(otherPort.port) + 1);
+  assert.equal((await adminHub(baseUrl, otherPort.origin)).status, 403);
+}
+
+describe('deploy/nginx/switchyard.conf', () => {
+  it('passes nginx -t as shipped, and with other ports put in the documented way', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-nginx-t-'));
+    try {
+      const check = (file) => execFileSync(nginxBinary(), ['-t', '-p', dir, '-e', path.join(dir, 'error.log'), '-c', file], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      check(NGINX_CONF);
+      const other = path.join(dir, 'other.conf');
+      const conf = nginxConfig('127.0.0.1:9999', ['127.0.0.1:9001', '127.0.0.1:9002']);
+      assert.match(conf, /listen 127\.0\.0\.1:9999;/);
+      assert.match(conf, /server 127\.0\.0\.1:9001;\n\s*server 127\.0\.0\.1:9002;\n\s*\}/);
+      const directives = conf.split('\n').filter((line) => !/^\s*#/.test(line)).join('\n');
+      assert.doesNotMatch(directives, /8888|800\d/);
+      fs.writeFileSync(other, conf);
+      check(other);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('docs/cluster.md', () => {
+  it('shows deploy/nginx/switchyard.conf as shipped', () => {
+    const doc = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'cluster.md'), 'utf8');
+    const shipped = fs.readFileSync(NGINX_CONF, 'utf8');
+    assert.ok(doc.includes('```nginx\n' + shipped + '```'), 'docs/cluster.md has a copy of the shipped nginx configuration that differs from it');
+  });
+});
 
 function clusterSuite(title, options) {
   const env = { service: undefined, rest: undefined };
@@ -110,6 +204,23 @@ function clusterSuite(title, options) {
         } finally {
           await proxy.stop();
         }
+      });
+    }
+
+    if (!options.redisCluster) {
+      describe('the dashboard through the balancer', () => {
+        it('loads, and its admin hub takes the page (deploy/nginx/switchyard.conf: Host $http_host)', async () => {
+          await dashboardThroughBalancer(cluster);
+        });
+
+        it('also behind nginx with Host $host, which drops the port (the public endpoint names it)', async () => {
+          await cluster.restartBalancer({ hostHeader: '$host' });
+          try {
+            await dashboardThroughBalancer(cluster);
+          } finally {
+            await cluster.restartBalancer();
+          }
+        });
       });
     }
 

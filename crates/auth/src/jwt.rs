@@ -554,9 +554,21 @@ pub fn verify_token_ignoring_audience(
     if token.split('.').count() != 3 {
         return Err(malformed("expected three dot-separated parts"));
     }
+    check_algorithm(token)?;
+    let (payload, signed_with) = decode_signed(token, keys)?;
+    let expires_at = check_lifetime(&payload, now_unix)?;
+    let audiences = payload_audiences(&payload)?;
+    Ok(VerifiedToken {
+        claims: payload_claims(&payload),
+        expires_at,
+        audiences,
+        signed_with,
+    })
+}
 
-    // The header is checked before any key is tried, so a token in an
-    // unsupported algorithm is malformed even when no key is configured.
+/// The header is checked before any key is tried, so a token in an unsupported
+/// algorithm is malformed even when no key is configured.
+fn check_algorithm(token: &str) -> Result<(), AuthError> {
     let header = jsonwebtoken::decode_header(token)
         .map_err(|e| malformed(&format!("header is invalid: {}", jwt_error_text(&e))))?;
     if JwtAlgorithm::from_jwt(header.alg).is_none() {
@@ -565,7 +577,14 @@ pub fn verify_token_ignoring_audience(
             header.alg
         )));
     }
+    Ok(())
+}
 
+/// The payload of a token signed with one of `keys`, and which key that was.
+fn decode_signed(
+    token: &str,
+    keys: &AccessKeys,
+) -> Result<(Map<String, Value>, SigningKey), AuthError> {
     jwt_crypto::install();
     let mut decoded = None;
     let mut signed_with = SigningKey::Primary;
@@ -587,12 +606,16 @@ pub fn verify_token_ignoring_audience(
             Err(e) => return Err(malformed(&jwt_error_text(&e))),
         }
     }
-    let payload = match decoded {
-        None => return Err(AuthError::BadSignature),
-        Some(Value::Object(payload)) => payload,
-        Some(_) => return Err(malformed("payload is not a JSON object")),
-    };
+    match decoded {
+        None => Err(AuthError::BadSignature),
+        Some(Value::Object(payload)) => Ok((payload, signed_with)),
+        Some(_) => Err(malformed("payload is not a JSON object")),
+    }
+}
 
+/// `exp` (required, not past) and `nbf` (when present, not in the future), with their
+/// leeways; the expiry.
+fn check_lifetime(payload: &Map<String, Value>, now_unix: i64) -> Result<i64, AuthError> {
     let expires_at = match payload.get("exp") {
         None | Some(Value::Null) => return Err(AuthError::MissingExpiry),
         Some(v) => numeric_date(v).ok_or_else(|| malformed("'exp' is not a number"))?,
@@ -609,22 +632,29 @@ pub fn verify_token_ignoring_audience(
             }
         }
     }
+    Ok(expires_at)
+}
 
-    let audiences = match payload.get("aud") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(aud)) => vec![aud.clone()],
+/// `aud`: a string or an array of strings; none when absent.
+fn payload_audiences(payload: &Map<String, Value>) -> Result<Vec<String>, AuthError> {
+    match payload.get("aud") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(aud)) => Ok(vec![aud.clone()]),
         Some(Value::Array(items)) => items
             .iter()
             .map(|item| match item {
                 Value::String(aud) => Ok(aud.clone()),
                 _ => Err(malformed("'aud' array holds a non-string")),
             })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(malformed("'aud' is neither a string nor an array")),
-    };
+            .collect(),
+        Some(_) => Err(malformed("'aud' is neither a string nor an array")),
+    }
+}
 
+/// Every claim as text, in payload order; an array is one claim per item.
+fn payload_claims(payload: &Map<String, Value>) -> Vec<(String, String)> {
     let mut claims = Vec::with_capacity(payload.len());
-    for (name, value) in &payload {
+    for (name, value) in payload {
         match value {
             Value::Array(items) => {
                 for item in items {
@@ -640,13 +670,7 @@ pub fn verify_token_ignoring_audience(
             }
         }
     }
-
-    Ok(VerifiedToken {
-        claims,
-        expires_at,
-        audiences,
-        signed_with,
-    })
+    claims
 }
 
 /// The token in an `Authorization: Bearer <token>` header value (scheme

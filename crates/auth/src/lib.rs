@@ -1,7 +1,7 @@
 //! Authentication for Switchyard, the self-hosted Azure SignalR Service
 //! replacement. Pure library: no I/O, no clock (callers pass `now`).
 //!
-//! # Parts
+//! # Layout
 //! - [`keys`]: [`AccessKeys`] (primary + optional secondary for rotation),
 //!   [`EMULATOR_ACCESS_KEY`], [`generate_connection_token`].
 //! - [`connection_string`]: [`ConnectionString`] parsing/printing (spec §3).

@@ -55,6 +55,8 @@ pub struct RedisBackplane {
     publisher: mpsc::UnboundedSender<Outgoing>,
     nodes: RwLock<HashMap<NodeId, LocalNode>>,
     runtime: Handle,
+    /// The first server of the URL (see [`Backplane::peer_address_hint`]).
+    first_server: Option<(String, u16)>,
 }
 
 struct LocalNode {
@@ -70,6 +72,7 @@ impl RedisBackplane {
     /// tokio runtime; the backplane's tasks run on it.
     pub async fn connect(settings: RedisSettings) -> Result<Arc<Self>, RedisBackplaneError> {
         let url = redact(&settings.url);
+        let first_server = first_server(&settings.url);
         let url_error = |reason: String| RedisBackplaneError::Url {
             url: url.clone(),
             reason,
@@ -134,6 +137,7 @@ impl RedisBackplane {
             publisher: tx,
             nodes: RwLock::new(HashMap::new()),
             runtime: Handle::current(),
+            first_server,
         }))
     }
 
@@ -235,6 +239,7 @@ impl Backplane for RedisBackplane {
         let stamp = Stamp {
             origin: self.shared.origin,
             seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
+            asked: false,
         };
         let bytes = envelope::encode(stamp, &message);
         let names = channels.iter().map(|c| self.name(c, &message)).collect();
@@ -251,6 +256,7 @@ impl Backplane for RedisBackplane {
         let stamp = Stamp {
             origin: self.shared.origin,
             seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
+            asked: true,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sent = self.publisher.send(Outgoing {
@@ -266,6 +272,10 @@ impl Backplane for RedisBackplane {
 
     fn spans_processes(&self) -> bool {
         true
+    }
+
+    fn peer_address_hint(&self) -> Option<(String, u16)> {
+        self.first_server.clone()
     }
 
     fn stats(&self) -> Traffic {
@@ -293,6 +303,18 @@ impl Backplane for RedisBackplane {
             let _ = rx.await;
         })
     }
+}
+
+/// The host and port of a Redis URL's first server (`redis://h:p`, `redis-cluster://h1:p1,h2:p2`).
+fn first_server(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let first = rest.split([',', '/', '?']).next()?;
+    let parsed = url::Url::parse(&format!("redis://{first}")).ok()?;
+    Some((
+        parsed.host_str()?.to_string(),
+        parsed.port().unwrap_or(6379),
+    ))
 }
 
 /// The URL without its password, for messages and logs (cluster URLs too).
@@ -323,7 +345,7 @@ pub fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{first_server, redact};
 
     #[test]
     fn passwords_are_redacted() {
@@ -342,5 +364,16 @@ mod tests {
             "redis-cluster://h1:1,h2:2"
         );
         assert_eq!(redact("not a url :pw@x"), "not a url :pw@x");
+    }
+
+    #[test]
+    fn the_first_server_of_any_url_form() {
+        assert_eq!(first_server("redis://r:7000"), Some(("r".into(), 7000)));
+        assert_eq!(first_server("rediss://u:p@r/0"), Some(("r".into(), 6379)));
+        assert_eq!(
+            first_server("redis-cluster://:pw@10.0.0.1:7001,10.0.0.2:7002"),
+            Some(("10.0.0.1".into(), 7001))
+        );
+        assert_eq!(first_server("nonsense"), None);
     }
 }

@@ -149,87 +149,23 @@ async fn run_cluster(
     };
     let mut batch: Vec<Outgoing> = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let mut reached: Vec<Option<usize>> = vec![None; batch.len()];
-        let mut failed = vec![false; batch.len()];
+        let mut outcome = Outcome::new(batch.len());
         let mut todo: Vec<Entry> = batch
             .iter()
             .enumerate()
             .flat_map(|(i, outgoing)| (0..outgoing.names.len()).map(move |n| (i, n)))
             .collect();
-        let mut lost_connection = false;
         for attempt in 0..=MAX_REDIRECTS {
-            let mut parts = JoinSet::new();
-            for (addr, entries) in split_by_master(cluster, &batch, todo) {
-                let connection = match connections.get(&addr) {
-                    Some(connection) => connection.clone(),
-                    None => match cluster.client(&addr) {
-                        Ok(client) => match manager(&shared, &client).await {
-                            Ok(connection) => {
-                                connections.insert(addr.clone(), connection.clone());
-                                connection
-                            }
-                            Err(error) => {
-                                tracing::warn!(%addr, %error, "cannot reach a redis cluster master");
-                                entries.iter().for_each(|(i, _)| failed[*i] = true);
-                                lost_connection = true;
-                                continue;
-                            }
-                        },
-                        Err(error) => {
-                            tracing::warn!(%addr, %error, "bad redis cluster master address");
-                            entries.iter().for_each(|(i, _)| failed[*i] = true);
-                            continue;
-                        }
-                    },
-                };
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors();
-                for (i, n) in &entries {
-                    let outgoing = &batch[*i];
-                    pipe.cmd("SPUBLISH")
-                        .arg(&outgoing.names[*n])
-                        .arg(outgoing.bytes.as_ref());
-                }
-                let mut connection = connection;
-                parts.spawn(async move {
-                    let answers = pipe.query_async::<Vec<Value>>(&mut connection).await;
-                    (addr, entries, answers)
-                });
-            }
-            let mut again: Vec<Entry> = Vec::new();
-            while let Some(part) = parts.join_next().await {
-                let Ok((addr, entries, answers)) = part else {
-                    continue; // the runtime is shutting down
-                };
-                match answers {
-                    Ok(answers) if answers.len() == entries.len() => {
-                        for ((i, n), answer) in entries.into_iter().zip(answers) {
-                            match answer {
-                                Value::Int(subscribers) => {
-                                    reached[i] = usize::try_from(subscribers).ok();
-                                }
-                                Value::ServerError(error) if redirected(&error) => {
-                                    again.push((i, n));
-                                }
-                                other => {
-                                    tracing::warn!(%addr, answer = ?other, "redis refused a publish");
-                                    failed[i] = true;
-                                }
-                            }
-                        }
-                    }
-                    Ok(_) => {
-                        tracing::warn!(%addr, "redis answered a publish pipeline short");
-                        entries.iter().for_each(|(i, _)| failed[*i] = true);
-                    }
-                    // Not retried: some of it may have been published already.
-                    Err(error) => {
-                        tracing::warn!(%addr, %error, lost = entries.len(), "redis publish failed");
-                        entries.iter().for_each(|(i, _)| failed[*i] = true);
-                        lost_connection = true;
-                    }
-                }
-            }
+            let parts = send_parts(
+                &shared,
+                cluster,
+                &mut connections,
+                &batch,
+                todo,
+                &mut outcome,
+            )
+            .await;
+            let mut again = read_answers(parts, &mut outcome).await;
             if again.is_empty() {
                 break;
             }
@@ -238,7 +174,7 @@ async fn run_cluster(
                     lost = again.len(),
                     "redis cluster kept redirecting publishes"
                 );
-                again.iter().for_each(|(i, _)| failed[*i] = true);
+                outcome.fail(&again);
                 break;
             }
             // Publish order within the batch, which is a hub's order.
@@ -246,7 +182,7 @@ async fn run_cluster(
             cluster.refresh().await;
             todo = again;
         }
-        if lost_connection {
+        if outcome.lost_connection {
             // A master may have failed over: look again, without holding up the queue.
             let shared = shared.clone();
             tokio::spawn(async move {
@@ -256,16 +192,147 @@ async fn run_cluster(
             });
         }
         for (i, outgoing) in batch.drain(..).enumerate() {
-            if failed[i] {
+            if outcome.failed[i] {
                 count(&shared.stats.publish_errors);
                 continue; // an ask's receipt is dropped: it resolves to None
             }
             count(&shared.stats.published);
             if let Some(receipt) = outgoing.receipt {
-                let _ = receipt.send(reached[i]);
+                let _ = receipt.send(outcome.reached[i]);
             }
         }
     }
+}
+
+/// What became of a batch's envelopes, by index in the batch.
+struct Outcome {
+    /// For asks: how many subscribers Redis delivered each one to.
+    reached: Vec<Option<usize>>,
+    failed: Vec<bool>,
+    /// A master could not be reached or its connection failed.
+    lost_connection: bool,
+}
+
+impl Outcome {
+    fn new(len: usize) -> Outcome {
+        Outcome {
+            reached: vec![None; len],
+            failed: vec![false; len],
+            lost_connection: false,
+        }
+    }
+
+    fn fail(&mut self, entries: &[Entry]) {
+        entries.iter().for_each(|(i, _)| self.failed[*i] = true);
+    }
+}
+
+/// One master's part of a batch: its address, its entries and its answers.
+type Part = (Addr, Vec<Entry>, redis::RedisResult<Vec<Value>>);
+
+/// Sends `todo` to the masters owning its names, one pipeline per master, all at once.
+async fn send_parts(
+    shared: &Shared,
+    cluster: &Cluster,
+    connections: &mut HashMap<Addr, ConnectionManager>,
+    batch: &[Outgoing],
+    todo: Vec<Entry>,
+    outcome: &mut Outcome,
+) -> JoinSet<Part> {
+    let mut parts = JoinSet::new();
+    for (addr, entries) in split_by_master(cluster, batch, todo) {
+        let Some(mut connection) =
+            master_connection(shared, cluster, connections, &addr, &entries, outcome).await
+        else {
+            continue;
+        };
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (i, n) in &entries {
+            let outgoing = &batch[*i];
+            pipe.cmd("SPUBLISH")
+                .arg(&outgoing.names[*n])
+                .arg(outgoing.bytes.as_ref());
+        }
+        parts.spawn(async move {
+            let answers = pipe.query_async::<Vec<Value>>(&mut connection).await;
+            (addr, entries, answers)
+        });
+    }
+    parts
+}
+
+/// The connection to the master at `addr`, made when first needed. When it cannot be
+/// made, `entries` (that master's part) fail.
+async fn master_connection(
+    shared: &Shared,
+    cluster: &Cluster,
+    connections: &mut HashMap<Addr, ConnectionManager>,
+    addr: &Addr,
+    entries: &[Entry],
+    outcome: &mut Outcome,
+) -> Option<ConnectionManager> {
+    if let Some(connection) = connections.get(addr) {
+        return Some(connection.clone());
+    }
+    match cluster.client(addr) {
+        Ok(client) => match manager(shared, &client).await {
+            Ok(connection) => {
+                connections.insert(addr.clone(), connection.clone());
+                Some(connection)
+            }
+            Err(error) => {
+                tracing::warn!(%addr, %error, "cannot reach a redis cluster master");
+                outcome.fail(entries);
+                outcome.lost_connection = true;
+                None
+            }
+        },
+        Err(error) => {
+            tracing::warn!(%addr, %error, "bad redis cluster master address");
+            outcome.fail(entries);
+            None
+        }
+    }
+}
+
+/// Reads every part's answers; the entries Redis redirected, to be sent again.
+async fn read_answers(mut parts: JoinSet<Part>, outcome: &mut Outcome) -> Vec<Entry> {
+    let mut again: Vec<Entry> = Vec::new();
+    while let Some(part) = parts.join_next().await {
+        let Ok((addr, entries, answers)) = part else {
+            continue; // the runtime is shutting down
+        };
+        match answers {
+            Ok(answers) if answers.len() == entries.len() => {
+                for ((i, n), answer) in entries.into_iter().zip(answers) {
+                    match answer {
+                        Value::Int(subscribers) => {
+                            outcome.reached[i] = usize::try_from(subscribers).ok();
+                        }
+                        Value::ServerError(error) if redirected(&error) => {
+                            again.push((i, n));
+                        }
+                        other => {
+                            tracing::warn!(%addr, answer = ?other, "redis refused a publish");
+                            outcome.failed[i] = true;
+                        }
+                    }
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(%addr, "redis answered a publish pipeline short");
+                outcome.fail(&entries);
+            }
+            // Not retried: some of it may have been published already.
+            Err(error) => {
+                tracing::warn!(%addr, %error, lost = entries.len(), "redis publish failed");
+                outcome.fail(&entries);
+                outcome.lost_connection = true;
+            }
+        }
+    }
+    again
 }
 
 /// Groups entries by the master owning their name's slot, keeping their order.

@@ -48,30 +48,17 @@ pub(crate) async fn run(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let (resync, mut resyncs) = mpsc::unbounded_channel();
-    let reader = Arc::new(Reader {
+    let reader = Reader {
         shared: shared.clone(),
         sink,
         live,
         copies: Mutex::new(Copies::new(SWEEP_EVERY)),
         placed: Arc::new(Mutex::new(HashMap::new())),
         resync,
-    });
-    let mut link = match &shared.mode {
-        Mode::Single(client) => {
-            let Some(connection) = connect_single(&shared, &node, client, &reader, &commands).await
-            else {
-                return; // detached before Redis answered
-            };
-            Link::Single(connection)
-        }
-        Mode::Cluster(_) => Link::Sharded(Shards {
-            shared: shared.clone(),
-            reader: reader.clone(),
-            connections: HashMap::new(),
-            wanted: HashSet::new(),
-        }),
     };
-    drop(reader);
+    let Some(mut link) = open(&shared, &node, reader, &commands).await else {
+        return; // detached before Redis answered
+    };
     let mut pending: Vec<Command> = Vec::new();
     // Barriers whose earlier commands have all been sent: one sync answers them together, so a
     // burst of connects (each asks for one) costs one round trip, not one each.
@@ -110,53 +97,84 @@ pub(crate) async fn run(
             }
             Some(Command::Probe(_)) => {
                 if let Command::Probe(done) = pending.remove(0) {
-                    let connections = link.connections();
-                    tokio::spawn(async move {
-                        let mut pings = JoinSet::new();
-                        for mut connection in connections {
-                            pings.spawn(async move {
-                                redis::cmd("PING")
-                                    .query_async::<Value>(&mut connection)
-                                    .await
-                                    .is_ok()
-                            });
-                        }
-                        let mut all = true;
-                        while let Some(answered) = pings.join_next().await {
-                            all &= answered.unwrap_or(false);
-                        }
-                        if all {
-                            let _ = done.send(());
-                        }
-                    });
+                    probe(link.connections(), done);
                 }
                 continue;
             }
             Some(Command::Subscribe(_)) => true,
             _ => false,
         };
-        let run = pending
-            .iter()
-            .take_while(|c| match c {
-                Command::Subscribe(_) => subscribe,
-                Command::Unsubscribe(_) => !subscribe,
-                Command::Barrier(_) | Command::Probe(_) => false,
-            })
-            .count();
-        let mut names = Vec::new();
-        for command in pending.drain(..run) {
-            if let Command::Subscribe(more) | Command::Unsubscribe(more) = command {
-                names.extend(more);
-            }
-        }
-        let op = if subscribe {
-            Op::Subscribe(names)
-        } else {
-            Op::Unsubscribe(names)
-        };
+        let op = leading_run(&mut pending, subscribe);
         if !retry(&shared, &mut link, &node, &commands, op).await {
             return;
         }
+    }
+}
+
+/// The node's link: on one Redis its connection (None if the node is detached before Redis
+/// answered), on a cluster none yet (connections are made as subscriptions need them).
+async fn open(
+    shared: &Arc<Shared>,
+    node: &NodeId,
+    reader: Reader,
+    commands: &mpsc::UnboundedReceiver<Command>,
+) -> Option<Link> {
+    let reader = Arc::new(reader);
+    Some(match &shared.mode {
+        Mode::Single(client) => {
+            Link::Single(connect_single(shared, node, client, &reader, commands).await?)
+        }
+        Mode::Cluster(_) => Link::Sharded(Shards {
+            shared: shared.clone(),
+            reader,
+            connections: HashMap::new(),
+            wanted: HashSet::new(),
+        }),
+    })
+}
+
+/// Answers `done` once every connection answered a PING, from a task of its own.
+fn probe(connections: Vec<ConnectionManager>, done: oneshot::Sender<()>) {
+    tokio::spawn(async move {
+        let mut pings = JoinSet::new();
+        for mut connection in connections {
+            pings.spawn(async move {
+                redis::cmd("PING")
+                    .query_async::<Value>(&mut connection)
+                    .await
+                    .is_ok()
+            });
+        }
+        let mut all = true;
+        while let Some(answered) = pings.join_next().await {
+            all &= answered.unwrap_or(false);
+        }
+        if all {
+            let _ = done.send(());
+        }
+    });
+}
+
+/// Takes the leading run of subscribes (or of unsubscribes) off `pending`, as one op.
+fn leading_run(pending: &mut Vec<Command>, subscribe: bool) -> Op {
+    let run = pending
+        .iter()
+        .take_while(|c| match c {
+            Command::Subscribe(_) => subscribe,
+            Command::Unsubscribe(_) => !subscribe,
+            Command::Barrier(_) | Command::Probe(_) => false,
+        })
+        .count();
+    let mut names = Vec::new();
+    for command in pending.drain(..run) {
+        if let Command::Subscribe(more) | Command::Unsubscribe(more) = command {
+            names.extend(more);
+        }
+    }
+    if subscribe {
+        Op::Subscribe(names)
+    } else {
+        Op::Unsubscribe(names)
     }
 }
 
@@ -502,8 +520,7 @@ impl Reader {
                 return;
             }
         };
-        let ask = matches!(message, switchyard_core::Message::Ask { .. });
-        if stamp.origin == self.shared.origin && !ask {
+        if stamp.origin == self.shared.origin && !stamp.asked {
             return; // delivered locally when it was published
         }
         let slot = if from.is_some() {

@@ -34,6 +34,39 @@ fn connect(runtime: &tokio::runtime::Runtime, url: String, prefix: &str) -> Arc<
     runtime.block_on(RedisBackplane::connect(settings)).unwrap()
 }
 
+/// The fence of the "exactly once" checks: a marker published on each of `channels` after
+/// everything else, waited for; a channel keeps its order (on any shard), so whatever was
+/// published before on them and was going to arrive has arrived. Returns what came, the
+/// markers left out. (A sleep would let a late copy through.)
+fn fence(far: &RedisBackplane, recorder: &Recorder, channels: &[Channel]) -> Vec<Arc<Message>> {
+    let marker = |k: usize| {
+        Arc::new(Message::Send {
+            hub: hub(0),
+            target: Target::All { excluded: vec![] },
+            payloads: Payloads::new().with(Protocol::Json, Bytes::from(format!("fence-{k}"))),
+        })
+    };
+    let is_marker = |m: &Arc<Message>| {
+        matches!(&**m, Message::Send { payloads, .. }
+            if payloads.get(&Protocol::Json).is_some_and(|p| p.starts_with(b"fence-")))
+    };
+    for (k, channel) in channels.iter().enumerate() {
+        far.publish(std::slice::from_ref(channel), marker(k));
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = recorder.received();
+        if got.iter().filter(|m| is_marker(m)).count() == channels.len() {
+            return got.into_iter().filter(|m| !is_marker(m)).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fence's markers did not all arrive"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// `PUBSUB SHARDCHANNELS` of each master.
 fn shard_channels(cluster: &RedisCluster) -> Vec<HashSet<String>> {
     cluster
@@ -132,10 +165,13 @@ fn many_hubs_keep_their_order_and_deliver_once() {
             far.publish(&channels, numbered(&hub(n), i));
         }
     }
-    let got = recorder.wait_for_within(EACH * HUBS, WAIT);
-    std::thread::sleep(Duration::from_millis(100));
-    let got_now = recorder.received().len();
-    assert_eq!(got_now, EACH * HUBS, "one delivery per message");
+    recorder.wait_for_within(EACH * HUBS, WAIT);
+    let mut channels: Vec<Channel> = (0..HUBS)
+        .flat_map(|n| [Channel::Hub(hub(n)), group(n)])
+        .collect();
+    channels.push(Channel::Node(node.clone()));
+    let got = fence(&far, &recorder, &channels);
+    assert_eq!(got.len(), EACH * HUBS, "one delivery per message");
     for n in 0..HUBS {
         let hub = hub(n);
         let of_hub: Vec<&Arc<Message>> = got.iter().filter(|m| *m.hub() == hub).collect();
@@ -261,9 +297,9 @@ fn a_moved_slot_is_followed_by_subscribers_and_publishers() {
     for n in 1..=20 {
         far.publish(std::slice::from_ref(&channel), numbered(&hub, n));
     }
-    let got = recorder.wait_for_within(21, WAIT);
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(recorder.received().len(), 21, "{got:?}");
+    recorder.wait_for_within(21, WAIT);
+    let got = fence(&far, &recorder, std::slice::from_ref(&channel));
+    assert_eq!(got.len(), 21, "{got:?}");
     for (n, message) in got.iter().enumerate() {
         assert_eq!(**message, *numbered(&hub, n), "message {n}");
     }

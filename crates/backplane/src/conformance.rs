@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use switchyard_core::{Channel, GroupName, HubName, Message, Payloads, Protocol, Question, Target};
+use switchyard_core::{Channel, GroupName, HubName, Message, Payloads, Protocol, Target};
 
 use crate::{Backplane, NodeId, Sink};
 
@@ -77,6 +77,48 @@ fn attach(backplane: &dyn Backplane, name: &str) -> (NodeId, Arc<Recorder>) {
     (node, recorder)
 }
 
+/// A marker no check publishes otherwise, numbered apart from [`numbered`]'s messages.
+fn marker(n: usize) -> Arc<Message> {
+    numbered(1_000_000 + n)
+}
+
+/// The fence of every "nothing else arrived" check: publishes a marker to `node`'s own
+/// channel through `publisher`, waits for it, and returns everything `recorder` got before
+/// it (earlier fences' markers left out). A publisher's messages arrive in publish order
+/// (checked below), so anything published before the marker that was going to arrive has
+/// arrived by then; no sleep can say that.
+fn fence(
+    publisher: &dyn Backplane,
+    node: &NodeId,
+    recorder: &Recorder,
+    n: usize,
+) -> Vec<Arc<Message>> {
+    let marker = marker(n);
+    publisher.publish(&[Channel::Node(node.clone())], marker.clone());
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let got = recorder.received();
+        if let Some(at) = got.iter().position(|m| **m == *marker) {
+            assert_eq!(
+                at + 1,
+                got.len(),
+                "messages after the fence's marker: {got:?}"
+            );
+            let earlier_marker = |m: &Arc<Message>| (0..n).any(|k| **m == *self::marker(k));
+            return got[..at]
+                .iter()
+                .filter(|m| !earlier_marker(m))
+                .cloned()
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fence's marker did not arrive: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits for the node's subscriptions to be live (from a thread outside any runtime).
 fn settle(backplane: &dyn Backplane, node: &NodeId) {
     block_on(backplane.barrier(node));
@@ -135,11 +177,11 @@ pub fn subscribed_nodes_receive_and_others_do_not(near: &dyn Backplane, far: &dy
     settle(far, &b);
     far.publish(std::slice::from_ref(&channel), numbered(1));
     assert_eq!(ra.wait_for(1).len(), 1, "subscriber must receive");
-    std::thread::sleep(Duration::from_millis(50));
     assert!(
-        rb.received.lock().is_empty(),
+        fence(far, &b, &rb, 1).is_empty(),
         "non-subscriber must not receive"
     );
+    assert_eq!(fence(far, &a, &ra, 2).len(), 1, "subscriber received twice");
 }
 
 pub fn one_delivery_per_node_for_many_channels(near: &dyn Backplane, far: &dyn Backplane) {
@@ -152,9 +194,7 @@ pub fn one_delivery_per_node_for_many_channels(near: &dyn Backplane, far: &dyn B
     far.publish(&[g1, g2], numbered(1));
     far.publish(&[Channel::Hub(hub())], numbered(2));
     far.publish(&[Channel::Node(a.clone())], numbered(3));
-    ra.wait_for(2);
-    std::thread::sleep(Duration::from_millis(50));
-    let got: Vec<_> = ra.received.lock().clone();
+    let got = fence(far, &a, &ra, 1);
     assert_eq!(
         got,
         vec![numbered(1), numbered(3)],
@@ -182,10 +222,17 @@ pub fn unsubscribe_stops_delivery(near: &dyn Backplane, far: &dyn Backplane) {
     settle(near, &a);
     far.publish(std::slice::from_ref(&channel), numbered(1));
     far.publish(&[Channel::Node(a.clone())], numbered(2));
-    let got = ra.wait_for(1);
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(got.len(), 1);
+    // Everything before the marker: only the node's own message, not the hub's.
+    let got = fence(far, &a, &ra, 1);
+    assert_eq!(got.len(), 1, "delivered after unsubscribe: {got:?}");
     assert_eq!(*got[0], *numbered(2));
+    // Subscribing again delivers again (the unsubscribe did not break the channel).
+    near.subscribe(&a, &channel);
+    settle(near, &a);
+    far.publish(std::slice::from_ref(&channel), numbered(3));
+    let got = fence(far, &a, &ra, 2);
+    assert_eq!(got.len(), 2, "resubscribed: {got:?}");
+    assert_eq!(*got[1], *numbered(3));
 }
 
 pub fn order_is_preserved_per_publisher(near: &dyn Backplane, far: &dyn Backplane) {
@@ -230,9 +277,17 @@ pub fn detach_removes_subscriptions(near: &dyn Backplane, far: &dyn Backplane) {
     near.subscribe(&a, &channel);
     settle(near, &a);
     near.detach(&a);
+    // The same node attached again with a fresh sink and no subscription of its own: a
+    // subscription the detach left behind would now deliver to it. (Checking the old sink
+    // alone proves nothing: it is gone with the detach whether or not its channels are.)
+    let (_, again) = attach(near, "a");
+    settle(near, &a);
     far.publish(std::slice::from_ref(&channel), numbered(1));
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(ra.received.lock().is_empty());
+    assert!(
+        fence(far, &a, &again, 1).is_empty(),
+        "a detached node's subscription survived"
+    );
+    assert!(ra.received().is_empty(), "a detached sink still receives");
 }
 
 /// An ask reaches every subscribed node, the asker included, after the asker's earlier
@@ -247,14 +302,14 @@ pub fn asks_reach_exactly_the_subscribed_nodes(near: &dyn Backplane, far: &dyn B
     far.subscribe(&b, &both);
     settle(near, &a);
     settle(far, &b);
+    // What an ask carries is the node's business: here a body naming the ask.
     let ask = |id: u64| {
-        Arc::new(Message::Ask {
+        Arc::new(Message::Control {
             hub: hub(),
-            from: b.clone(),
-            id,
-            question: Question::GroupExists(group("both")),
+            body: bytes::Bytes::from(format!("ask {id} from {b}")),
         })
     };
+    let is_ask = |message: &Message, id: u64| matches!(message, Message::Control { body, .. } if *body == format!("ask {id} from {b}"));
     far.publish(std::slice::from_ref(&both), numbered(1));
     assert_eq!(block_on(far.ask(&both, ask(1))), Some(2));
     assert_eq!(block_on(far.ask(&only_a, ask(2))), Some(1));
@@ -263,12 +318,11 @@ pub fn asks_reach_exactly_the_subscribed_nodes(near: &dyn Backplane, far: &dyn B
     let got = ra.wait_for(3);
     assert_eq!(got.len(), 3, "a: {got:?}");
     assert_eq!(*got[0], *numbered(1), "an ask overtook an earlier publish");
-    assert!(matches!(*got[1], Message::Ask { id: 1, .. }));
-    assert!(matches!(*got[2], Message::Ask { id: 2, .. }));
+    assert!(is_ask(&got[1], 1));
+    assert!(is_ask(&got[2], 2));
     let got = rb.wait_for(2);
     assert_eq!(got.len(), 2, "b: {got:?}");
-    assert!(matches!(*got[1], Message::Ask { id: 1, .. }));
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(ra.received.lock().len(), 3);
-    assert_eq!(rb.received.lock().len(), 2);
+    assert!(is_ask(&got[1], 1));
+    assert_eq!(fence(far, &a, &ra, 1).len(), 3, "a got more");
+    assert_eq!(fence(far, &b, &rb, 2).len(), 2, "b got more");
 }

@@ -76,6 +76,11 @@ pub trait Backplane: Send + Sync {
     fn spans_processes(&self) -> bool {
         false
     }
+    /// A server of the backplane's own that the other nodes reach too, if it has one: a node
+    /// bound on every interface announces the address it routes to it from.
+    fn peer_address_hint(&self) -> Option<(String, u16)> {
+        None
+    }
     /// What crossed between processes so far, for metrics (all zero in one process).
     fn stats(&self) -> Traffic {
         Traffic::default()

@@ -10,9 +10,10 @@ use switchyard_auth::{ConnectionString, ConnectionStringError};
 use switchyard_client::app_server::{
     default_server_id, AppServer, AppServerConfig, AppServerError, AppServerHandle, ShutdownMode,
 };
-use switchyard_client::bench_hub::BenchHub;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use crate::hub::BenchHub;
 
 /// How long `run_app_server` waits for every server connection before printing its
 /// address anyway (the peer keeps redialling in the background).

@@ -4,18 +4,27 @@
 //! # Layout
 //! - [`app_server`]: the `app-server` command: flags, start/stop of the peer
 //!   ([`switchyard_client::app_server`]) together with its HTTP side.
+//! - [`hub`]: [`hub::BenchHub`], the hub methods that app server runs (Azure's bench tool's
+//!   `Measure` methods, and what tests need to reach every service-protocol send).
 //! - [`negotiate`]: the HTTP negotiate redirect (`POST /{hub}/negotiate`) with CORS.
-//! - [`scenario`]: the scenarios, their flags, and the [`scenario::Plan`] workers follow.
-//! - [`run`]: the coordinator: target set-up, workers, merging, stop rule, outputs.
-//! - [`worker`]: one load-generator process: connections, timetables, counting.
+//! - [`scenario`]: the scenarios' flags and the [`scenario::Plan`] workers follow (the
+//!   scenarios themselves are `switchyard_capacity::scenario`).
+//! - [`run`]: the coordinator: target set-up, workers, the connect and sending phases,
+//!   merging, stop rule, outputs (one file each under `run/`).
+//! - [`worker`]: one load-generator process: connections, timetables, counting (`worker/`:
+//!   connect, send, REST, soak tasks).
 //! - [`wire`]: payload tags and the fast `Measure` decoder (no I/O).
 //! - [`stats`]: histograms, counts and per-sender sequence tracking.
-//! - [`procstat`]: CPU and memory of the target from `/proc`.
+//! - [`procstat`]: CPU and memory of the target from `/proc`; [`cluster`]: what the
+//!   coordinator samples from the nodes and Redis (processes, backplane counters, `INFO`).
+//! - [`dashboard`]: `--dashboard`, an operator's dashboard (and `--trace`) open during a run.
 //! - [`children`]: the processes the tool starts (service, app server, peer), and a soak's
 //!   kills and restarts of nodes and Redis.
 //! - [`soak`]: a soak's per-phase accounting (what a receiver should have had while nodes
 //!   and Redis failed), reconnect times and the memory series.
-//! - [`report`], [`chart`]: the printed tables, Azure-style counters and the SVG chart.
+//! - [`report`], [`chart`]: the printed tables (one run, runs compared), Azure-style counters,
+//!   latency histograms, and the SVG charts. Numbers are formatted by
+//!   `switchyard_capacity::format`, as `switchyard capacity` formats them.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -24,6 +33,7 @@ pub mod chart;
 pub mod children;
 pub mod cluster;
 pub mod dashboard;
+pub mod hub;
 pub mod negotiate;
 pub mod procstat;
 pub mod report;

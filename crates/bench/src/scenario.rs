@@ -1,4 +1,5 @@
-//! The scenarios and their flags, and the plan every load-generator process follows.
+//! The scenarios' flags and the plan every load-generator process follows ([`Scenario`] itself
+//! is defined once, in `switchyard_capacity::scenario`, for the reports and capacity plans).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -6,134 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// A benchmark scenario (Azure's performance guide plus a few of ours).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scenario {
-    /// Every sender invokes `Echo`; the app server answers the caller.
-    Echo,
-    /// Senders invoke `Broadcast`; every connection receives each message.
-    Broadcast,
-    /// Senders invoke `SendToGroup` for their own group (see --group-size / --groups).
-    SendToGroup,
-    /// Senders invoke `SendToConnection` for another connection.
-    SendToConnection,
-    /// REST callers `POST /api/hubs/{hub}/:send`; every connection receives each message.
-    RestBroadcast,
-    /// REST callers `POST /api/hubs/{hub}/users/{user}/:send`, one user per connection.
-    RestSendToUser,
-    /// REST callers `POST /api/hubs/{hub}/groups/{group}/:send`, caller c to group c mod
-    /// the number of groups (see --group-size / --groups; members join by REST).
-    RestSendToGroup,
-    /// REST callers `POST /api/hubs/{hub}/connections/{id}/:send`, caller c to connection c.
-    RestSendToConnection,
-    /// REST callers alternate `PUT` / `DELETE /api/hubs/{hub}/groups/{group}/connections/{id}`
-    /// for connection c (latency = the call's response).
-    RestJoinLeaveGroup,
-    /// Senders alternate `JoinGroup` / `LeaveGroup`, each acknowledged (latency = ack).
-    JoinLeaveGroup,
-    /// dotNetify's chat-room profile (Default mode): rooms (groups) of --group-size members
-    /// (100 by default), each member joined at connect; 10 % of members post every 11 send
-    /// intervals, 20 % every 59, the rest only read; a post (`SendToGroup`) reaches the
-    /// whole room.
-    ChatRoom,
-    /// The chat room serverless: members join by REST, and a post is a REST send to the
-    /// poster's room.
-    RestChatRoom,
-    /// Connections opened on a timetable (latency = negotiate + connect + handshake).
-    ConnectRate,
-    /// Connections held open; the service's memory per connection.
-    Idle,
-}
-
-impl Scenario {
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Echo => "echo",
-            Scenario::Broadcast => "broadcast",
-            Scenario::SendToGroup => "send-to-group",
-            Scenario::SendToConnection => "send-to-connection",
-            Scenario::RestBroadcast => "rest-broadcast",
-            Scenario::RestSendToUser => "rest-send-to-user",
-            Scenario::RestSendToGroup => "rest-send-to-group",
-            Scenario::RestSendToConnection => "rest-send-to-connection",
-            Scenario::RestJoinLeaveGroup => "rest-join-leave-group",
-            Scenario::JoinLeaveGroup => "join-leave-group",
-            Scenario::ChatRoom => "chat-room",
-            Scenario::RestChatRoom => "rest-chat-room",
-            Scenario::ConnectRate => "connect-rate",
-            Scenario::Idle => "idle",
-        }
-    }
-
-    /// Hub methods on an app server (or a plain SignalR server) are needed.
-    pub fn needs_app_server(self) -> bool {
-        matches!(
-            self,
-            Scenario::Echo
-                | Scenario::Broadcast
-                | Scenario::SendToGroup
-                | Scenario::SendToConnection
-                | Scenario::JoinLeaveGroup
-                | Scenario::ChatRoom
-        )
-    }
-
-    /// Sends go through the REST API rather than client connections.
-    pub fn is_rest(self) -> bool {
-        matches!(
-            self,
-            Scenario::RestBroadcast
-                | Scenario::RestSendToUser
-                | Scenario::RestSendToGroup
-                | Scenario::RestSendToConnection
-                | Scenario::RestJoinLeaveGroup
-                | Scenario::RestChatRoom
-        )
-    }
-
-    /// The chat-room profile (its posters and timetable are fixed by the profile).
-    pub fn is_chat_room(self) -> bool {
-        matches!(self, Scenario::ChatRoom | Scenario::RestChatRoom)
-    }
-
-    /// Members join groups at connect and messages go to a group.
-    pub fn uses_groups(self) -> bool {
-        matches!(
-            self,
-            Scenario::SendToGroup
-                | Scenario::RestSendToGroup
-                | Scenario::ChatRoom
-                | Scenario::RestChatRoom
-        )
-    }
-
-    /// Each call addresses one connection or user, which it enters the cluster away from
-    /// when REST enters several nodes (see [`Plan::rest_base_of`]).
-    pub fn targets_one(self) -> bool {
-        matches!(
-            self,
-            Scenario::RestSendToUser
-                | Scenario::RestSendToConnection
-                | Scenario::RestJoinLeaveGroup
-        )
-    }
-
-    /// Messages are sent and measured.
-    pub fn sends(self) -> bool {
-        !matches!(self, Scenario::ConnectRate | Scenario::Idle)
-    }
-
-    /// Default number of sending connections (REST callers) for `connections`, as in
-    /// Azure's guide: everyone sends for echo/group/connection, a few broadcast.
-    pub fn default_senders(self, connections: u64) -> u64 {
-        match self {
-            Scenario::Broadcast | Scenario::RestBroadcast => connections.clamp(1, 10),
-            Scenario::ConnectRate | Scenario::Idle => 0,
-            _ => connections,
-        }
-    }
-}
+pub use switchyard_capacity::scenario::Scenario;
 
 /// Chat rooms: a chatty poster posts every this many send intervals (11 s at the default
 /// 1 s), a casual one every [`CASUAL_INTERVALS`] (59 s).
@@ -141,6 +15,13 @@ pub const CHATTY_INTERVALS: f64 = 11.0;
 pub const CASUAL_INTERVALS: f64 = 59.0;
 /// Members per chat room unless --group-size says otherwise.
 pub const DEFAULT_ROOM_SIZE: u64 = 100;
+
+/// The hub of Default-mode runs (and of peer runs: a peer has no modes).
+pub const DEFAULT_MODE_HUB: &str = "bench";
+/// The hub of serverless runs, apart from [`DEFAULT_MODE_HUB`]: the service keeps a hub
+/// that an app server has served in Default mode (`mode = auto`), where it refuses
+/// serverless clients, so a REST run after an echo run on the same hub would fail.
+pub const SERVERLESS_HUB: &str = "bench_serverless";
 
 /// Where clients connect and how.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -379,8 +260,11 @@ pub struct RunArgs {
     /// PID of the peer given by --peer-url.
     #[arg(long)]
     pub peer_pid: Option<u32>,
-    #[arg(long, default_value = "bench")]
-    pub hub: String,
+    /// Hub name [default: `bench` for Default-mode scenarios and against a peer,
+    /// `bench_serverless` for serverless ones: on a service with `mode = auto` a hub that
+    /// an app server has served stays in Default mode and refuses serverless clients].
+    #[arg(long)]
+    pub hub: Option<String>,
     /// Client connections.
     #[arg(long, short = 'c', default_value_t = 1000)]
     pub connections: u64,
@@ -393,6 +277,10 @@ pub struct RunArgs {
     /// fails Azure's rule (> 1 % of messages ≥ 1 s, or > 1 % of connections failed).
     #[arg(long, default_value_t = 1)]
     pub steps: u32,
+    /// Run every step even after one fails Azure's rule (each step is still marked pass or
+    /// FAIL, and the run does not pass): the whole curve past the knee.
+    #[arg(long)]
+    pub all_steps: bool,
     /// Length of each step (or of the whole run with one step), e.g. `30s`.
     #[arg(long, short = 'd', default_value = "30s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -490,4 +378,18 @@ pub struct RunArgs {
     /// drops each connection once every 20 s. Messages must still arrive exactly once.
     #[arg(long, default_value_t = 0.0, requires = "stateful_reconnect")]
     pub drop_share: f64,
+}
+
+impl RunArgs {
+    /// The hub `scenario` runs on: `--hub`, else [`DEFAULT_MODE_HUB`] where an app server
+    /// serves it or the target is a peer, and [`SERVERLESS_HUB`] where clients connect to
+    /// the service directly.
+    pub fn hub_for(&self, scenario: Scenario) -> String {
+        let peer = self.peer_url.is_some() || self.peer_bin.is_some();
+        match &self.hub {
+            Some(hub) => hub.clone(),
+            None if peer || scenario.needs_app_server() => DEFAULT_MODE_HUB.to_owned(),
+            None => SERVERLESS_HUB.to_owned(),
+        }
+    }
 }

@@ -609,11 +609,28 @@ mod tests {
         let before = slots.iter().filter(|t| **t < 50_000.0).count() as u64;
         let p5 = phase_of(&marks, slots[5]).unwrap();
         assert_eq!(phases[0].expected + phases[0].excused, before);
-        assert_eq!(phases[p5].drops, 1);
-        assert_eq!(phases[p5].reconnected, 1);
-        assert_eq!(phases[p5].failed_attempts, 1);
+        // The outage counts in the phase it began in, and only there.
+        let other = 1 - p5;
+        assert_eq!(
+            (
+                phases[p5].drops,
+                phases[p5].reconnected,
+                phases[p5].failed_attempts
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            (
+                phases[other].drops,
+                phases[other].reconnected,
+                phases[other].failed_attempts
+            ),
+            (0, 0, 0)
+        );
+        // Its reconnect time is up − down.
         let hist = phases[p5].histogram().unwrap();
         assert!((hist.max() as f64 - 300_000.0).abs() < 1000.0);
+        assert!(phases[other].histogram().unwrap().is_empty());
         // Without the outage the missing post is lost.
         let mut ledger = Ledger::new(5);
         for (k, t) in slots.iter().enumerate() {
@@ -621,9 +638,16 @@ mod tests {
                 ledger.observe(tag(0, k as u64), *t);
             }
         }
-        let phases = account(&p, window, &[1, 2], &HashMap::new(), &marks, &[ledger]);
+        let ledgers = [ledger];
+        let phases = account(&p, window, &[1, 2], &HashMap::new(), &marks, &ledgers);
         assert_eq!(phases.iter().map(|c| c.lost()).sum::<u64>(), 1);
-        assert!(!passed(&marks, &phases) || phases[0].lost() == 0);
+        assert_eq!(phases[p5].lost(), 1);
+        // A loss in a steady phase fails the soak; one while n2 was down does not.
+        assert_eq!(passed(&marks, &phases), marks[p5].name != "steady");
+        let steady = &marks[..1];
+        let phases = account(&p, window, &[1, 2], &HashMap::new(), steady, &ledgers);
+        assert_eq!(phases[0].lost(), 1);
+        assert!(!passed(steady, &phases));
     }
 
     #[test]

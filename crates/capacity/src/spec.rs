@@ -14,7 +14,8 @@
 //!   groups members.
 
 use crate::guide;
-use crate::plan::{Load, Scenario};
+use crate::plan::Load;
+use crate::scenario::Scenario;
 
 /// A load being described; [`LoadSpec::build`] applies defaults and checks it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -112,16 +113,22 @@ impl LoadSpec {
     }
 }
 
-/// One of the scenario names.
+/// One of the planned scenarios' names ([`Scenario::PLANNED`]).
 pub fn parse_scenario(text: &str) -> Result<Scenario, String> {
-    Scenario::from_name(text.trim()).ok_or_else(|| {
-        let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
-        format!(
+    let names: Vec<&str> = Scenario::PLANNED.iter().map(|s| s.name()).collect();
+    match Scenario::from_name(text.trim()) {
+        Some(scenario) if scenario.is_planned() => Ok(scenario),
+        Some(scenario) => Err(format!(
+            "{}: Azure's performance guide publishes no figures for it (expected one of {})",
+            scenario.name(),
+            names.join(", ")
+        )),
+        None => Err(format!(
             "unknown scenario '{}' (expected one of {})",
             text.trim(),
             names.join(", ")
-        )
-    })
+        )),
+    }
 }
 
 /// A whole number; `_` separators allowed (`100_000`).
@@ -231,6 +238,17 @@ mod tests {
         assert!(err("scenario=echo,connections=4,send-interval=5").contains("send-interval"));
         assert!(err("scenario=echo,connections=4,message-size=2XB").contains("message-size"));
         assert!(err("scenario=echo connections=4").contains("unknown scenario"));
+    }
+
+    #[test]
+    fn scenarios_without_figures_are_named() {
+        let e = parse_scenario("rest-chat-room").unwrap_err();
+        assert!(
+            e.starts_with("rest-chat-room: Azure's performance guide publishes no figures"),
+            "{e}"
+        );
+        assert!(e.contains("expected one of echo, broadcast"), "{e}");
+        assert_eq!(parse_scenario(" echo "), Ok(Scenario::Echo));
     }
 
     #[test]

@@ -10,8 +10,6 @@
 //! - [`WsClient`]: a WebSocket [`Connection`] made straight to a URL, for raw tests.
 //! - [`app_server`]: the other side: an app server connected to the service the way the
 //!   .NET server SDK is, running the application's hub methods ([`app_server::HubMethods`]).
-//! - [`bench_hub`]: the benchmark's hub methods (Azure's bench tool `Measure` methods plus
-//!   what tests need).
 //! - [`TlsRoots`]: the certificate authorities https and wss connections trust.
 //! - `error`, `message`: [`ClientError`], and [`decode`] (values as JSON).
 // One audited `unsafe` (a setsockopt in connection::websocket); none elsewhere.
@@ -19,7 +17,6 @@
 #![deny(rust_2018_idioms)]
 
 pub mod app_server;
-pub mod bench_hub;
 pub mod connection;
 mod error;
 mod message;

@@ -9,8 +9,8 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use switchyard_auth::{verify_token_ignoring_audience, AccessKeys, ConnectionString};
+use switchyard_bench::hub::BenchHub;
 use switchyard_client::app_server::{AppServer, AppServerConfig, ShutdownMode};
-use switchyard_client::bench_hub::BenchHub;
 use switchyard_hub_protocol::{encode_invocation, encode_message, Format, HubMessage};
 use switchyard_service_protocol::{
     self as sp, Ack, ClientCompletion, ClientInvocation, CloseConnection, ConnectionData,

@@ -12,13 +12,13 @@ use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
-use switchyard_client::app_server::{AppServer, AppServerConfig};
-use switchyard_client::bench_hub::BenchHub;
+use switchyard_bench::hub::BenchHub;
+use switchyard_client::app_server::AppServer;
 use switchyard_client::{
     connect, decode, http_client, ClientError, ConnectOptions, Connection, Transport,
 };
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
-use switchyard_node::Node;
+use switchyard_node::{Config, Node};
 use switchyard_testkit::{now, TestServer};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -31,21 +31,20 @@ struct Service {
     addr: SocketAddr,
     node: Arc<Node>,
     app: Option<AppServer>,
-    server: TestServer,
+    /// Kept for the node's lifetime (dropping it stops the node).
+    _server: TestServer,
 }
 
 impl Service {
     async fn start() -> Service {
-        let mut service = Service::without_app_server().await;
-        let cs = service.server.connection_string();
-        let mut config = AppServerConfig::new(cs.parse().unwrap());
-        config.hubs = vec![HUB.to_owned()];
-        config.connections_per_hub = 1;
-        config.server_id = "connection-tests".to_owned();
-        let app = AppServer::start(config, Arc::new(BenchHub)).unwrap();
-        within("the app server connects", app.ready()).await;
-        service.app = Some(app);
-        service
+        let (server, app) =
+            TestServer::with_app_server(Config::default(), &[HUB], Arc::new(BenchHub)).await;
+        Service {
+            addr: server.addr,
+            node: server.node.clone(),
+            app: Some(app),
+            _server: server,
+        }
     }
 
     async fn without_app_server() -> Service {
@@ -54,7 +53,7 @@ impl Service {
             addr: server.addr,
             node: server.node.clone(),
             app: None,
-            server,
+            _server: server,
         }
     }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
-use switchyard_client::app_server::{AppServer, AppServerConfig};
-use switchyard_client::bench_hub::BenchHub;
+use switchyard_bench::hub::BenchHub;
+use switchyard_client::app_server::AppServer;
 use switchyard_client::{connect, decode, ConnectOptions, Connection, Transport};
 use switchyard_hub_protocol::{encode_invocation, Format, HubMessage};
 use switchyard_node::config::Config;
@@ -31,14 +31,9 @@ impl Service {
         config.stateful_reconnect.window = window;
         let server = TestServer::start_with(config).await;
         let app = if app_server {
-            let mut config = AppServerConfig::new(server.connection_string().parse().unwrap());
-            config.hubs = vec![HUB.to_owned()];
-            config.connections_per_hub = 1;
-            config.server_id = "stateful-tests".to_owned();
+            let mut config = server.app_server_config(&[HUB]);
             config.allow_stateful_reconnects = true;
-            let app = AppServer::start(config, Arc::new(BenchHub)).unwrap();
-            within("the app server connects", app.ready()).await;
-            Some(app)
+            Some(server.start_app_server(config, Arc::new(BenchHub)).await)
         } else {
             None
         };

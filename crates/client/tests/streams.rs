@@ -11,11 +11,11 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
 use switchyard_client::app_server::{
-    AppServer, AppServerConfig, Caller, ClientStream, HubContext, HubMethods, MethodResult,
-    StreamResult,
+    AppServer, Caller, ClientStream, HubContext, HubMethods, MethodResult, StreamResult,
 };
 use switchyard_client::{connect, ConnectOptions, Connection, Transport};
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
+use switchyard_node::Config;
 use switchyard_testkit::{now, TestServer};
 use tokio::sync::mpsc;
 
@@ -145,14 +145,10 @@ struct Service {
 
 impl Service {
     async fn start() -> Service {
-        let server = TestServer::start().await;
-        let mut config = AppServerConfig::new(server.connection_string().parse().unwrap());
-        config.hubs = vec![HUB.to_owned()];
-        config.connections_per_hub = 1;
-        config.server_id = "stream-tests".to_owned();
         let (tx, seen) = mpsc::unbounded_channel();
-        let app = AppServer::start(config, Arc::new(TestHub { seen: tx })).unwrap();
-        within("the app server connects", app.ready()).await;
+        let (server, app) =
+            TestServer::with_app_server(Config::default(), &[HUB], Arc::new(TestHub { seen: tx }))
+                .await;
         Service {
             server,
             _app: app,

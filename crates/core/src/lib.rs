@@ -16,9 +16,6 @@ pub mod names;
 pub mod protocol;
 
 pub use close::CloseReason;
-pub use message::{
-    user_group_key, Answer, Channel, Message, Presence, Question, Target, UserGroupEntry,
-    UserGroupKey,
-};
+pub use message::{user_group_key, Channel, Message, Target, UserGroupEntry, UserGroupKey};
 pub use names::{ConnectionId, GroupName, HubName, NameError, UserId};
 pub use protocol::{Payloads, Protocol};

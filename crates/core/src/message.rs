@@ -1,9 +1,12 @@
-//! What travels between nodes: sends and membership/close commands, addressed by channel.
+//! What travels between nodes: sends and membership/close commands, addressed by channel, and
+//! the node's own control messages as opaque bytes.
 //!
 //! A node applies a [`Message`] to its local router; the backplane decides which nodes see it
 //! by the channels it is published on (see [`Channel`]).
 
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use crate::{CloseReason, ConnectionId, GroupName, HubName, Payloads, UserId};
 
@@ -65,100 +68,11 @@ pub enum Message {
         excluded: Vec<ConnectionId>,
         reason: CloseReason,
     },
-    /// A question from node `from` to every node listening on the channel it is asked on;
-    /// each of them sends one [`Message::Answer`] with the same `id` to `from`'s node channel.
-    Ask {
-        hub: HubName,
-        from: String,
-        id: u64,
-        question: Question,
-    },
-    Answer {
-        hub: HubName,
-        id: u64,
-        answer: Answer,
-    },
-    /// A node's heartbeat, published on [`Channel::All`] every second: other nodes learn which
-    /// nodes are alive and which app servers each one has connections from. `hub` only places
-    /// it (a partitioned backplane keeps one hub's messages together).
-    Presence(Presence),
-    /// Live-trace events of `hub` that happened on node `from`, for the node whose dashboard
-    /// traces the hub (published on that node's channel). `events` is the dashboard's JSON.
-    Trace {
-        hub: HubName,
-        from: String,
-        events: String,
-    },
-}
-
-/// What a node tells the others about itself (see [`Message::Presence`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Presence {
-    pub hub: HubName,
-    pub node: String,
-    /// This run of the node (`{node}~{random}`): a node restarted under the same id is a new
-    /// instance, so what is said of the old one never touches the new one.
-    pub instance: String,
-    /// Said once by a node shutting down: forget it now rather than after the timeout.
-    pub leaving: bool,
-    /// App servers with connections that carry clients on the node: per hub, their ids.
-    pub servers: Vec<(HubName, Vec<String>)>,
-}
-
-/// What one node asks the others (see [`Message::Ask`]). The first three change a connection
-/// its owner holds and are answered once the change is live for messages from any node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Question {
-    AddToGroup {
-        connection: ConnectionId,
-        group: GroupName,
-    },
-    /// `group: None` removes the connection from all its groups.
-    RemoveFromGroup {
-        connection: ConnectionId,
-        group: Option<GroupName>,
-    },
-    CloseConnection {
-        connection: ConnectionId,
-        reason: Option<String>,
-    },
-    ConnectionExists(ConnectionId),
-    UserExists(UserId),
-    GroupExists(GroupName),
-    UserInGroup(UserId, GroupName),
-    /// Up to `max` of the node's members of `group` ordered by connection id, after `after`.
-    GroupMembers {
-        group: GroupName,
-        after: Option<String>,
-        max: u32,
-    },
-    /// Joins the user's connections on the node to the group (as [`Message::UserJoinGroup`]
-    /// does) and answers once the change is live for messages from any node.
-    UserJoinGroup {
-        user: UserId,
-        group: GroupName,
-        ttl: Option<Duration>,
-    },
-    /// Asked on a node's channel: the URL other nodes reach that node at over HTTP.
-    Address,
-    /// Asked on [`Channel::All`] by a node that starts: up to `max` of the user-group
-    /// memberships the node keeps (every hub's, ordered by hub, user, group), after `after`.
-    UserGroups {
-        after: Option<UserGroupKey>,
-        max: u32,
-    },
-    /// An app server's ClientInvocation for a connection held elsewhere: the owner takes it
-    /// as if the caller had sent it there (answers `Yes`), provided it holds the connection
-    /// and has a connection from the caller to answer on.
-    Invoke {
-        connection: ConnectionId,
-        invocation_id: String,
-        caller_server_id: String,
-        payloads: Payloads,
-    },
-    /// Asked on [`Channel::All`] by a node whose dashboard is open: what the node shows of
-    /// itself (the request and the answer, [`Answer::View`], are the dashboard's JSON).
-    View(String),
+    /// Node-to-node control (questions and their answers, heartbeats, live-trace events):
+    /// the router and the backplane carry it without looking inside; the node encodes and
+    /// decodes `body`. `hub` only places it (a partitioned backplane keeps one hub's
+    /// messages together).
+    Control { hub: HubName, body: Bytes },
 }
 
 /// Which membership a user-group listing continues after: hub, user, group.
@@ -186,19 +100,6 @@ pub fn user_group_key((hub, user, group): &UserGroupKey) -> (&str, &str, &str) {
     (hub.as_str(), user.as_str(), group.as_str())
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Answer {
-    Yes,
-    No,
-    Members(Vec<(ConnectionId, Option<UserId>)>),
-    At(String),
-    UserGroups(Vec<UserGroupEntry>),
-    /// The connection is in its maximum of groups (the limit).
-    Full(u64),
-    /// A node's answer to [`Question::View`] (JSON).
-    View(String),
-}
-
 impl Message {
     pub fn hub(&self) -> &HubName {
         match self {
@@ -208,10 +109,7 @@ impl Message {
             | Message::UserJoinGroup { hub, .. }
             | Message::UserLeaveGroup { hub, .. }
             | Message::Close { hub, .. }
-            | Message::Ask { hub, .. }
-            | Message::Answer { hub, .. }
-            | Message::Presence(Presence { hub, .. })
-            | Message::Trace { hub, .. } => hub,
+            | Message::Control { hub, .. } => hub,
         }
     }
 }

@@ -10,7 +10,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::DecodeError;
-use crate::message::{message_type as t, CompletionResult, Headers, HubMessage};
+use crate::message::{check_invocation, message_type as t, CompletionResult, Headers, HubMessage};
 use crate::RECORD_SEPARATOR;
 
 /// Decodes one message body (the JSON text, without the record separator).
@@ -25,114 +25,110 @@ pub fn decode(body: &[u8]) -> Result<HubMessage<Value>, DecodeError> {
         None => return Err(DecodeError::MissingProperty("type")),
         Some(v) => int32(v, "type")?,
     };
-    let message = match u8::try_from(ty).unwrap_or(0) {
-        t::INVOCATION | t::STREAM_INVOCATION => {
-            let streaming = ty == i32::from(t::STREAM_INVOCATION);
-            let kind = if streaming {
-                "StreamInvocation"
-            } else {
-                "Invocation"
-            };
-            let headers = headers(&mut obj)?;
-            let raw_id = opt_string(&mut obj, "invocationId")?;
-            let target = opt_string(&mut obj, "target")?;
-            let arguments = match obj.remove("arguments") {
-                None => None,
-                Some(Value::Array(items)) => Some(items),
-                Some(_) => return Err(wrong_type("arguments", "Array")),
-            };
-            let stream_ids = stream_ids(&mut obj)?;
-            let id = match raw_id {
-                None if streaming => return Err(DecodeError::MissingProperty("invocationId")),
-                Some(id) if streaming && id.is_empty() => {
-                    return Err(DecodeError::EmptyInvocationId(kind))
-                }
-                // For Invocation an empty id means non-blocking, as in the .NET reader.
-                raw_id => raw_id.filter(|id| !id.is_empty()),
-            };
-            let target = target.ok_or(DecodeError::MissingProperty("target"))?;
-            if target.is_empty() {
-                return Err(DecodeError::EmptyTarget(kind));
-            }
-            let arguments = arguments.ok_or(DecodeError::MissingProperty("arguments"))?;
-            match id {
-                Some(invocation_id) if streaming => HubMessage::StreamInvocation {
-                    headers,
-                    invocation_id,
-                    target,
-                    arguments,
-                    stream_ids,
-                },
-                invocation_id => HubMessage::Invocation {
-                    headers,
-                    invocation_id,
-                    target,
-                    arguments,
-                    stream_ids,
-                },
-            }
-        }
-        t::STREAM_ITEM => {
-            let headers = headers(&mut obj)?;
-            let invocation_id = required_id(&mut obj, "StreamItem")?;
-            let item = obj
-                .remove("item")
-                .ok_or(DecodeError::MissingProperty("item"))?;
-            HubMessage::StreamItem {
-                headers,
-                invocation_id,
-                item,
-            }
-        }
-        t::COMPLETION => {
-            let headers = headers(&mut obj)?;
-            let error = opt_string(&mut obj, "error")?;
-            let invocation_id = required_id(&mut obj, "Completion")?;
-            let result = match (error, obj.remove("result")) {
-                // Accepted like the JS client does: a null result next to an error is
-                // ignored. The .NET parser rejects this; never write it.
-                (Some(error), None | Some(Value::Null)) => CompletionResult::Error(error),
-                (Some(_), Some(_)) => return Err(DecodeError::ErrorAndResult),
-                (None, Some(result)) => CompletionResult::Value(result),
-                (None, None) => CompletionResult::Void,
-            };
-            HubMessage::Completion {
-                headers,
-                invocation_id,
-                result,
-            }
-        }
-        t::CANCEL_INVOCATION => HubMessage::CancelInvocation {
-            headers: headers(&mut obj)?,
-            invocation_id: required_id(&mut obj, "CancelInvocation")?,
-        },
-        t::PING => HubMessage::Ping,
-        t::CLOSE => {
-            let error = opt_string(&mut obj, "error")?;
-            let allow_reconnect = match obj.get("allowReconnect") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(wrong_type("allowReconnect", "Boolean")),
-            };
-            HubMessage::Close {
-                error,
-                allow_reconnect,
-            }
-        }
-        t::ACK | t::SEQUENCE => {
-            let sequence_id = match obj.get("sequenceId") {
-                None => return Err(DecodeError::MissingProperty("sequenceId")),
-                Some(v) => int64(v, "sequenceId")?,
-            };
-            if ty == i32::from(t::ACK) {
-                HubMessage::Ack { sequence_id }
-            } else {
-                HubMessage::Sequence { sequence_id }
-            }
-        }
-        _ => HubMessage::Unknown { message_type: ty },
+    let obj = &mut obj;
+    match u8::try_from(ty).unwrap_or(0) {
+        kind @ (t::INVOCATION | t::STREAM_INVOCATION) => invocation(obj, kind),
+        t::STREAM_ITEM => stream_item(obj),
+        t::COMPLETION => completion(obj),
+        t::CANCEL_INVOCATION => Ok(HubMessage::CancelInvocation {
+            headers: headers(obj)?,
+            invocation_id: required_id(obj, "CancelInvocation")?,
+        }),
+        t::PING => Ok(HubMessage::Ping),
+        t::CLOSE => close(obj),
+        kind @ (t::ACK | t::SEQUENCE) => sequence(obj, kind),
+        _ => Ok(HubMessage::Unknown { message_type: ty }),
+    }
+}
+
+/// Invocation and StreamInvocation (`kind`). Every property's type is checked before
+/// the required ones are looked for, as the .NET reader does.
+fn invocation(obj: &mut Map<String, Value>, kind: u8) -> Result<HubMessage<Value>, DecodeError> {
+    let headers = headers(obj)?;
+    let id = opt_string(obj, "invocationId")?;
+    let target = opt_string(obj, "target")?;
+    let arguments = match obj.remove("arguments") {
+        None => None,
+        Some(Value::Array(items)) => Some(items),
+        Some(_) => return Err(wrong_type("arguments", "Array")),
     };
-    Ok(message)
+    let stream_ids = stream_ids(obj)?;
+    let (id, target) = check_invocation(kind, id, || Ok(target))?;
+    let arguments = arguments.ok_or(DecodeError::MissingProperty("arguments"))?;
+    Ok(match id {
+        Some(invocation_id) if kind == t::STREAM_INVOCATION => HubMessage::StreamInvocation {
+            headers,
+            invocation_id,
+            target,
+            arguments,
+            stream_ids,
+        },
+        invocation_id => HubMessage::Invocation {
+            headers,
+            invocation_id,
+            target,
+            arguments,
+            stream_ids,
+        },
+    })
+}
+
+fn stream_item(obj: &mut Map<String, Value>) -> Result<HubMessage<Value>, DecodeError> {
+    let headers = headers(obj)?;
+    let invocation_id = required_id(obj, "StreamItem")?;
+    let item = obj
+        .remove("item")
+        .ok_or(DecodeError::MissingProperty("item"))?;
+    Ok(HubMessage::StreamItem {
+        headers,
+        invocation_id,
+        item,
+    })
+}
+
+fn completion(obj: &mut Map<String, Value>) -> Result<HubMessage<Value>, DecodeError> {
+    let headers = headers(obj)?;
+    let error = opt_string(obj, "error")?;
+    let invocation_id = required_id(obj, "Completion")?;
+    let result = match (error, obj.remove("result")) {
+        // Accepted like the JS client does: a null result next to an error is
+        // ignored. The .NET parser rejects this; never write it.
+        (Some(error), None | Some(Value::Null)) => CompletionResult::Error(error),
+        (Some(_), Some(_)) => return Err(DecodeError::ErrorAndResult),
+        (None, Some(result)) => CompletionResult::Value(result),
+        (None, None) => CompletionResult::Void,
+    };
+    Ok(HubMessage::Completion {
+        headers,
+        invocation_id,
+        result,
+    })
+}
+
+fn close(obj: &mut Map<String, Value>) -> Result<HubMessage<Value>, DecodeError> {
+    let error = opt_string(obj, "error")?;
+    let allow_reconnect = match obj.get("allowReconnect") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(wrong_type("allowReconnect", "Boolean")),
+    };
+    Ok(HubMessage::Close {
+        error,
+        allow_reconnect,
+    })
+}
+
+/// Ack and Sequence (`kind`).
+fn sequence(obj: &mut Map<String, Value>, kind: u8) -> Result<HubMessage<Value>, DecodeError> {
+    let sequence_id = match obj.get("sequenceId") {
+        None => return Err(DecodeError::MissingProperty("sequenceId")),
+        Some(v) => int64(v, "sequenceId")?,
+    };
+    Ok(if kind == t::ACK {
+        HubMessage::Ack { sequence_id }
+    } else {
+        HubMessage::Sequence { sequence_id }
+    })
 }
 
 /// Encodes a message in the .NET server's property order, followed by the record separator.

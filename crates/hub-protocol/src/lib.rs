@@ -2,7 +2,7 @@
 //! reference server and the official clients. No async runtime, no sockets: bytes in,
 //! messages (or bytes) out.
 //!
-//! # Parts
+//! # Layout
 //! - [`handshake`]: the JSON handshake request/response that opens every connection.
 //! - [`FrameSplitter`] / [`Frame`]: split a byte stream into complete messages without
 //!   decoding them (record separator for JSON, VarInt length prefix for MessagePack),

@@ -7,7 +7,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 
 use crate::error::DecodeError;
-use crate::message::message_type as t;
+use crate::message::{check_invocation, message_type as t};
 use crate::msgpack::Elements;
 use crate::Format;
 
@@ -50,22 +50,11 @@ fn peek_msgpack(body: &[u8]) -> Result<Peek, DecodeError> {
         ..Peek::default()
     };
     match peek.message_type {
-        t::INVOCATION | t::STREAM_INVOCATION => {
-            let streaming = peek.message_type == t::STREAM_INVOCATION;
-            let kind = if streaming {
-                "StreamInvocation"
-            } else {
-                "Invocation"
-            };
+        kind @ (t::INVOCATION | t::STREAM_INVOCATION) => {
             r.headers()?;
-            let id = r.nil_or_str("invocationId")?.filter(|id| !id.is_empty());
-            if streaming && id.is_none() {
-                return Err(DecodeError::EmptyInvocationId(kind));
-            }
-            let target = r.str("target")?;
-            if target.is_empty() {
-                return Err(DecodeError::EmptyTarget(kind));
-            }
+            // Nil is an empty id to the .NET reader.
+            let id = Some(r.nil_or_str("invocationId")?.unwrap_or_default());
+            let (id, target) = check_invocation(kind, id, || r.str("target").map(Some))?;
             if r.left == 0 {
                 return Err(DecodeError::ReadLength {
                     kind: "array",
@@ -108,26 +97,7 @@ fn peek_msgpack(body: &[u8]) -> Result<Peek, DecodeError> {
 }
 
 fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
-    // Skipped values are not checked by serde_json, but ASP.NET's reader refuses invalid
-    // UTF-8 anywhere in a message, so it is refused here too before it is passed on.
-    if let Err(e) = std::str::from_utf8(body) {
-        return Err(DecodeError::Json(format!(
-            "invalid unicode: not UTF-8 at byte {}",
-            e.valid_up_to()
-        )));
-    }
-    let json_error = |e: serde_json::Error| DecodeError::Json(e.to_string());
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let top = Deserializer::deserialize_any(&mut de, ShapeVisitor { collect: true });
-    let raw = match top.map_err(json_error)? {
-        Top::Object(raw) => raw,
-        Top::Other(token) => {
-            de.end().map_err(json_error)?;
-            return Err(DecodeError::NotAnObject(token));
-        }
-    };
-    de.end().map_err(json_error)?;
-
+    let raw = json_properties(body)?;
     let ty = raw.ty.ok_or(DecodeError::MissingProperty("type"))?;
     let ty = crate::json::int32(&ty, "type")?;
     let mut peek = Peek {
@@ -142,13 +112,7 @@ fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
         invocation_id = opt_string(raw.invocation_id, "invocationId")?;
     }
     match peek.message_type {
-        t::INVOCATION | t::STREAM_INVOCATION => {
-            let streaming = peek.message_type == t::STREAM_INVOCATION;
-            let kind = if streaming {
-                "StreamInvocation"
-            } else {
-                "Invocation"
-            };
+        kind @ (t::INVOCATION | t::STREAM_INVOCATION) => {
             let target = opt_string(raw.target, "target")?;
             if raw.arguments.is_some_and(|shape| shape != "Array") {
                 return Err(DecodeError::WrongType {
@@ -156,20 +120,11 @@ fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
                     expected: "Array",
                 });
             }
-            peek.invocation_id = match invocation_id {
-                None if streaming => return Err(DecodeError::MissingProperty("invocationId")),
-                Some(id) if streaming && id.is_empty() => {
-                    return Err(DecodeError::EmptyInvocationId(kind))
-                }
-                id => id.filter(|id| !id.is_empty()),
-            };
-            let target = target.ok_or(DecodeError::MissingProperty("target"))?;
-            if target.is_empty() {
-                return Err(DecodeError::EmptyTarget(kind));
-            }
+            let (id, target) = check_invocation(kind, invocation_id, || Ok(target))?;
             if raw.arguments.is_none() {
                 return Err(DecodeError::MissingProperty("arguments"));
             }
+            peek.invocation_id = id;
             peek.target = Some(target);
         }
         t::STREAM_ITEM | t::COMPLETION | t::CANCEL_INVOCATION => {
@@ -195,16 +150,7 @@ fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
         }
         t::CLOSE => {
             peek.error = opt_string(raw.error, "error")?;
-            peek.allow_reconnect = match raw.allow_reconnect {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => b,
-                Some(_) => {
-                    return Err(DecodeError::WrongType {
-                        property: "allowReconnect",
-                        expected: "Boolean",
-                    })
-                }
-            };
+            peek.allow_reconnect = allow_reconnect(raw.allow_reconnect)?;
         }
         t::ACK | t::SEQUENCE => {
             let id = raw
@@ -215,6 +161,41 @@ fn peek_json(body: &[u8]) -> Result<Peek, DecodeError> {
         _ => {}
     }
     Ok(peek)
+}
+
+/// Parses the body in one pass, keeping the properties peek looks at. Skipped values are
+/// not checked by serde_json, but ASP.NET's reader refuses invalid UTF-8 anywhere in a
+/// message, so it is refused here too before it is passed on.
+fn json_properties(body: &[u8]) -> Result<Box<Raw>, DecodeError> {
+    if let Err(e) = std::str::from_utf8(body) {
+        return Err(DecodeError::Json(format!(
+            "invalid unicode: not UTF-8 at byte {}",
+            e.valid_up_to()
+        )));
+    }
+    let json_error = |e: serde_json::Error| DecodeError::Json(e.to_string());
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let top = Deserializer::deserialize_any(&mut de, ShapeVisitor { collect: true });
+    let raw = match top.map_err(json_error)? {
+        Top::Object(raw) => raw,
+        Top::Other(token) => {
+            de.end().map_err(json_error)?;
+            return Err(DecodeError::NotAnObject(token));
+        }
+    };
+    de.end().map_err(json_error)?;
+    Ok(raw)
+}
+
+fn allow_reconnect(value: Option<Value>) -> Result<bool, DecodeError> {
+    match value {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(_) => Err(DecodeError::WrongType {
+            property: "allowReconnect",
+            expected: "Boolean",
+        }),
+    }
 }
 
 fn check_headers(headers: Option<Value>) -> Result<(), DecodeError> {

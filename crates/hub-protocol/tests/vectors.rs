@@ -1,4 +1,5 @@
-//! Runs every vector of `testdata/hub-protocol.json` (fact sheet §11) through the codec.
+//! Runs every vector of `testdata/hub-protocol.json` (JSON and MessagePack encodings of each
+//! hub message, with a protocol-neutral form) through the codec.
 
 mod neutral;
 

@@ -6,7 +6,7 @@
 //! which makes the browser send a preflight first. Browsers refuse `Access-Control-Allow-Origin: *`
 //! on a credentialed request, so an allowed origin is always echoed back, never `*`.
 //!
-//! What is sent, for a request carrying `Origin` (see the README's "Browsers and CORS"):
+//! What is sent, for a request carrying `Origin` (see docs/configuration.md, "Browsers and CORS"):
 //! - preflight (`OPTIONS` + `Access-Control-Request-Method`) from an allowed origin: `204` with
 //!   `Access-Control-Allow-Origin: <origin>`, `Access-Control-Allow-Credentials: true`,
 //!   `Access-Control-Allow-Methods`, the requested headers echoed in

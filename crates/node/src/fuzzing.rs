@@ -1,8 +1,9 @@
 //! Entry points for the fuzz targets in `fuzz/`, and for nothing else: thin wrappers that let
 //! them reach parsers private to this crate — the REST body parser and route table, query
 //! parsing and bearer tokens, a client's hub-protocol session — plus a way to run one HTTP
-//! request through [`crate::routes`] without a socket. Hidden from the docs; not a stable API,
-//! and the service itself never calls it.
+//! request through [`crate::routes`] without a socket, and [`serve_stream`], which serves one
+//! HTTP connection (WebSocket upgrades included) over an in-memory stream. Hidden from the
+//! docs; not a stable API, and the service itself never calls it.
 
 use std::sync::Arc;
 
@@ -15,8 +16,8 @@ use switchyard_core::{CloseReason, HubName};
 
 pub use axum::http::Method;
 
+use crate::app_server::ServerConnection;
 use crate::client::{create_client, ClientConnection, Transport};
-use crate::default_mode::ServerConnection;
 use crate::http::Query;
 use crate::Node;
 
@@ -116,6 +117,29 @@ pub fn call(
 
 pub use crate::rest::fuzz::*;
 
+/// Serves one HTTP/1.1 connection over `io` through [`crate::routes`] as the listener serves
+/// a socket from 127.0.0.1, upgrades included: a WebSocket endpoint (`/server`, `/client`)
+/// runs its real session over an in-memory stream (`tokio::io::duplex`). Returns when the
+/// HTTP connection ends; an upgraded session goes on in its own task.
+pub async fn serve_stream<I>(node: &Arc<Node>, io: I)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let router = crate::routes(node.clone());
+    let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 40_000));
+    let service = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+        let router = router.clone();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        tower::ServiceExt::oneshot(router, request.map(axum::body::Body::new))
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+}
+
 // ---- query strings and bearer tokens ----
 
 /// A URI's query, parsed as the client endpoint and the REST API parse it.
@@ -156,7 +180,7 @@ pub fn bearer_token(authorization: Option<&[u8]>, query: &QueryParams) -> Option
             .map(|value| vec![("authorization", value)])
             .unwrap_or_default(),
     );
-    crate::http::bearer_token(&headers, &query.0).map(str::to_string)
+    crate::auth::bearer_token(&headers, &query.0).map(str::to_string)
 }
 
 // ---- a client's hub-protocol session ----
@@ -319,4 +343,26 @@ impl AppServer {
         self.0.outbound.try_drain(&mut frames);
         frames
     }
+}
+
+/// What another node sends inside a `Message::Control` (questions, answers, presence, trace
+/// events): decoding never panics, a strict prefix of a good body is an error, and what
+/// decodes encodes to a body that decodes to the same.
+pub fn control_body(body: &Bytes, cut: usize) {
+    use crate::cluster::Control;
+    let Ok(control) = Control::decode(body) else {
+        return;
+    };
+    if cut < body.len() {
+        assert!(
+            Control::decode(&body.slice(..cut)).is_err(),
+            "a truncated control body decoded"
+        );
+    }
+    let again = control.encode();
+    assert_eq!(
+        Control::decode(&again).as_ref(),
+        Ok(&control),
+        "control round trip"
+    );
 }

@@ -178,16 +178,7 @@ pub(crate) async fn run<C: Future<Output = ()>>(
         open: AtomicUsize::new(0),
         by_address: Mutex::new(HashMap::new()),
     });
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.timeouts.request_header_timeout)
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(config.timeouts.keep_alive_interval));
+    let builder = http_builder(config);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     let mut out_of_files_logged = false;
@@ -197,13 +188,7 @@ pub(crate) async fn run<C: Future<Output = ()>>(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    if is_out_of_files(&error) {
-                        if !out_of_files_logged {
-                            tracing::warn!(%error, "out of file descriptors; lower limits.max_http_connections");
-                            out_of_files_logged = true;
-                        }
-                        tokio::time::sleep(OUT_OF_FILES_PAUSE).await;
-                    }
+                    pause_after_failed_accept(&error, &mut out_of_files_logged).await;
                     continue;
                 }
             },
@@ -234,50 +219,105 @@ pub(crate) async fn run<C: Future<Output = ()>>(
             metrics.clone(),
             activity.clone(),
         );
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        let idle_limit = config.timeouts.request_header_timeout;
-        let stream = Counted {
-            stream,
-            _ticket: ticket,
+        let accepted = Accepted {
+            builder: builder.clone(),
+            stream: Counted {
+                stream,
+                _ticket: ticket,
+            },
+            service,
+            watcher: graceful.watcher(),
+            activity,
+            idle_limit: config.timeouts.request_header_timeout,
         };
-        let tls = tls.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let Some(tls) = tls else {
-                return serve_socket(
-                    builder,
-                    TokioIo::new(stream),
-                    service,
-                    watcher,
-                    activity,
-                    idle_limit,
-                )
-                .await;
-            };
-            // Bounded like a request's headers: a peer that stalls the handshake holds only
-            // its own socket (and its place in the gate) for that long.
-            let reason = match tokio::time::timeout(idle_limit, tls.accept(stream)).await {
-                Ok(Ok(stream)) => {
-                    let io = TokioIo::new(stream);
-                    return serve_socket(builder, io, service, watcher, activity, idle_limit).await;
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    "error"
-                }
-                Err(_) => "timeout",
-            };
-            metrics
-                .tls_handshake_failures
-                .get_or_create(&ReasonLabel { reason })
-                .inc();
-        });
+        tokio::spawn(accepted.serve(peer, tls.clone(), metrics.clone()));
     }
     drop(listener);
     closing().await;
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
     Ok(())
+}
+
+/// HTTP/1.1 and HTTP/2 (chosen per socket), with the header and keep-alive timeouts.
+fn http_builder(config: &ValidConfig) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.timeouts.request_header_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(config.timeouts.keep_alive_interval));
+    builder
+}
+
+/// After an accept failed: out of file descriptors, a pause (the error would repeat at once)
+/// and one warning; any other error is the peer's (it reset before the accept) and ignored.
+async fn pause_after_failed_accept(error: &std::io::Error, logged: &mut bool) {
+    if is_out_of_files(error) {
+        if !*logged {
+            tracing::warn!(%error, "out of file descriptors; lower limits.max_http_connections");
+            *logged = true;
+        }
+        tokio::time::sleep(OUT_OF_FILES_PAUSE).await;
+    }
+}
+
+/// A socket the gate let in, with what serving it needs.
+struct Accepted<S> {
+    builder: Builder<TokioExecutor>,
+    stream: Counted,
+    service: S,
+    watcher: hyper_util::server::graceful::Watcher,
+    activity: Arc<Activity>,
+    idle_limit: Duration,
+}
+
+impl<S> Accepted<S>
+where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response,
+            Error = Infallible,
+            Future = RequestFuture,
+        > + Clone
+        + Send
+        + 'static,
+{
+    /// Serves the socket, over TLS with `tls` once its handshake is done.
+    async fn serve(self, peer: SocketAddr, tls: Option<TlsAcceptor>, metrics: Arc<Metrics>) {
+        let Accepted {
+            builder,
+            stream,
+            service,
+            watcher,
+            activity,
+            idle_limit,
+        } = self;
+        let Some(tls) = tls else {
+            let io = TokioIo::new(stream);
+            return serve_socket(builder, io, service, watcher, activity, idle_limit).await;
+        };
+        // Bounded like a request's headers: a peer that stalls the handshake holds only its
+        // own socket (and its place in the gate) for that long.
+        let reason = match tokio::time::timeout(idle_limit, tls.accept(stream)).await {
+            Ok(Ok(stream)) => {
+                let io = TokioIo::new(stream);
+                return serve_socket(builder, io, service, watcher, activity, idle_limit).await;
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "TLS handshake failed");
+                "error"
+            }
+            Err(_) => "timeout",
+        };
+        metrics
+            .tls_handshake_failures
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
 }
 
 /// Serves HTTP on one socket (plain or TLS) until it closes, is idle too long, or shutdown

@@ -1,5 +1,5 @@
-//! What the node logs for operators, with stable targets, event names and field names (the
-//! README's "Logs" lists them; log pipelines match on them):
+//! What the node logs for operators, with stable targets, event names and field names
+//! (docs/operations.md, "Logs", lists them; log pipelines match on them):
 //!
 //! - target `switchyard::connections`, at info: every client and app-server connection's
 //!   open (`event="connected"`) and end (`event="disconnected"`, `reason` = a stable code,

@@ -145,6 +145,17 @@ pub(crate) async fn watch(
     }
 }
 
+/// Without certificate files to reload, a SIGHUP (systemd's reload, a terminal that closed)
+/// must not end the service, as it would by default: it is logged and otherwise ignored.
+/// Runs until dropped.
+pub(crate) async fn ignore_hangups() {
+    let mut hangup = hangup_signal();
+    loop {
+        next_hangup(&mut hangup).await;
+        tracing::info!("SIGHUP: nothing to reload (no TLS certificate files)");
+    }
+}
+
 #[cfg(unix)]
 type Hangup = Option<tokio::signal::unix::Signal>;
 #[cfg(not(unix))]

@@ -12,16 +12,15 @@ mod common;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{eventually, within, TestServer};
+use common::{eventually, within, RawClient, TestServer};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
-use switchyard_hub_protocol::{handshake, ping, Format, FrameSplitter, HubMessage};
+use switchyard_hub_protocol::{handshake, Format, FrameSplitter, HubMessage};
 use switchyard_node::Config;
 use switchyard_service_protocol::{decode, FrameReader, ServiceMessage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -36,193 +35,8 @@ const BROADCASTS: i64 = 20;
 // Clients
 // ---------------------------------------------------------------------------------------
 
-/// How a client connection ended, as the client saw it.
-#[derive(Debug, Default)]
-struct Ending {
-    /// The error of a refused handshake.
-    handshake_error: Option<String>,
-    /// The Close message's error and allowReconnect, if one came.
-    close: Option<(Option<String>, bool)>,
-    /// The WebSocket close frame's code, if one came.
-    ws_close_code: Option<u16>,
-}
-
-/// A SignalR client over a raw WebSocket, sending whatever bytes a case needs.
-struct RawClient {
-    ws: Ws,
-    format: Format,
-    buf: BytesMut,
-    handshake_done: bool,
-}
-
-impl RawClient {
-    /// Negotiates (v1) and opens the WebSocket; no handshake yet.
-    async fn connect(server: &TestServer, hub: &str, format: Format) -> RawClient {
-        let token = server.token(hub, None);
-        let negotiated = switchyard_client::negotiate(&server.client_url(hub), &token, 1)
-            .await
-            .expect("negotiate");
-        let mut request = server
-            .ws_url(hub, Some(&negotiated.id_value))
-            .into_client_request()
-            .unwrap();
-        request
-            .headers_mut()
-            .insert("authorization", format!("Bearer {token}").parse().unwrap());
-        let (ws, _) = tokio_tungstenite::connect_async(request)
-            .await
-            .expect("client upgrade");
-        RawClient {
-            ws,
-            format,
-            buf: BytesMut::new(),
-            handshake_done: false,
-        }
-    }
-
-    /// Connects and completes the handshake.
-    async fn ready(server: &TestServer, hub: &str, format: Format) -> RawClient {
-        let mut client = Self::connect(server, hub, format).await;
-        client
-            .send_text(&String::from_utf8(handshake::encode_request(format.name(), 1)).unwrap())
-            .await;
-        client.handshake().await;
-        client
-    }
-
-    async fn send_text(&mut self, text: &str) {
-        self.ws
-            .send(WsMessage::Text(text.to_string().into()))
-            .await
-            .expect("client write");
-    }
-
-    async fn send_binary(&mut self, bytes: &[u8]) {
-        self.ws
-            .send(WsMessage::Binary(Bytes::copy_from_slice(bytes)))
-            .await
-            .expect("client write");
-    }
-
-    /// Sends in the connection's format: text for JSON, binary for MessagePack.
-    async fn send(&mut self, bytes: &[u8]) {
-        match self.format {
-            Format::Json => self.send_text(std::str::from_utf8(bytes).unwrap()).await,
-            Format::MessagePack => self.send_binary(bytes).await,
-        }
-    }
-
-    /// Reads one more WebSocket message into the buffer; the close code once closed.
-    async fn read_more(&mut self) -> Result<(), Option<u16>> {
-        loop {
-            match self.ws.next().await {
-                Some(Ok(WsMessage::Text(text))) => {
-                    self.buf.extend_from_slice(text.as_bytes());
-                    return Ok(());
-                }
-                Some(Ok(WsMessage::Binary(data))) => {
-                    self.buf.extend_from_slice(&data);
-                    return Ok(());
-                }
-                Some(Ok(WsMessage::Close(frame))) => {
-                    return Err(frame.map(|f| u16::from(f.code)));
-                }
-                None | Some(Err(_)) => return Err(None),
-                Some(Ok(_)) => {}
-            }
-        }
-    }
-
-    /// The handshake response: `Some(error)` if refused.
-    fn take_handshake_response(&mut self) -> Option<Option<String>> {
-        let (error, consumed) =
-            handshake::parse_response(&self.buf).expect("a handshake response")?;
-        let _ = self.buf.split_to(consumed);
-        self.handshake_done = error.is_none();
-        Some(error)
-    }
-
-    async fn handshake(&mut self) {
-        within("the handshake response", WAIT, async {
-            loop {
-                if let Some(error) = self.take_handshake_response() {
-                    assert_eq!(error, None, "handshake refused");
-                    return;
-                }
-                self.read_more().await.expect("closed before the handshake");
-            }
-        })
-        .await
-    }
-
-    /// The next message that is not a ping.
-    async fn next_message(&mut self) -> Option<HubMessage<Value>> {
-        let splitter = FrameSplitter::new(self.format, usize::MAX);
-        loop {
-            if let Some(frame) = splitter.next_frame(&mut self.buf).expect("framing") {
-                if frame.framed == ping(self.format) {
-                    continue;
-                }
-                return Some(
-                    switchyard_client::decode(self.format, frame.body()).expect("a hub message"),
-                );
-            }
-            if self.read_more().await.is_err() {
-                return None;
-            }
-        }
-    }
-
-    /// Reads until the service closes the connection.
-    async fn ending(mut self) -> Ending {
-        within("the service to close the connection", WAIT, async {
-            let mut ending = Ending::default();
-            loop {
-                if !self.handshake_done {
-                    if let Some(error) = self.take_handshake_response() {
-                        ending.handshake_error = error;
-                    }
-                }
-                if self.handshake_done {
-                    let splitter = FrameSplitter::new(self.format, usize::MAX);
-                    while let Ok(Some(frame)) = splitter.next_frame(&mut self.buf) {
-                        if let Ok(HubMessage::Close {
-                            error,
-                            allow_reconnect,
-                        }) = switchyard_client::decode(self.format, frame.body())
-                        {
-                            ending.close = Some((error, allow_reconnect));
-                        }
-                    }
-                }
-                if let Err(code) = self.read_more().await {
-                    ending.ws_close_code = code;
-                    return ending;
-                }
-            }
-        })
-        .await
-    }
-
-    /// The Close message's error text (the connection must end with one).
-    async fn close_error(self) -> String {
-        let ending = self.ending().await;
-        let shown = format!("{ending:?}");
-        let (error, _) = ending
-            .close
-            .unwrap_or_else(|| panic!("no Close message: {shown}"));
-        error.expect("a Close message with an error")
-    }
-
-    /// The handshake error (the connection must end with one).
-    async fn handshake_refusal(self) -> String {
-        let ending = self.ending().await;
-        let shown = format!("{ending:?}");
-        ending
-            .handshake_error
-            .unwrap_or_else(|| panic!("no handshake error: {shown}"))
-    }
-}
+// `RawClient` (connect without a handshake, send any bytes, read how it ended) is the
+// testkit's.
 
 /// The bystander: a JSON client of the hub, connected before the bad input.
 struct Bystander {
@@ -251,7 +65,7 @@ impl Bystander {
             let message = within(
                 "a broadcast to the bystander",
                 WAIT,
-                self.client.next_message(),
+                self.client.try_next_message(),
             )
             .await
             .expect("the bystander was closed");
@@ -454,12 +268,12 @@ async fn truncated_frames_wait_for_the_rest() {
             Format::MessagePack => vec![0x03, 0x92, 0x07, 0xC0],
         };
         let (head, tail) = close.split_at(close.len() / 2);
-        client.send(head).await;
+        client.send_raw(head).await;
         bystander.still_receives_everything(&server).await;
         assert_eq!(server.node.client_connection_count(), 2, "{format:?}");
         // The rest completes a Close message from the client: the service ends the
         // connection as the client asked.
-        client.send(tail).await;
+        client.send_raw(tail).await;
         let ending = client.ending().await;
         assert_eq!(ending.ws_close_code, Some(1000), "{format:?}: {ending:?}");
         only_the_offender_closed(&server, &mut bystander).await;
@@ -540,7 +354,7 @@ async fn deeply_nested_json() {
         ))
         .await;
     bystander.still_receives_everything(&server).await;
-    match within("a broadcast", WAIT, client.next_message()).await {
+    match within("a broadcast", WAIT, client.try_next_message()).await {
         Some(HubMessage::Invocation { target, .. }) => assert_eq!(target, "seq"),
         other => panic!("after a nested completion: {other:?}"),
     }
@@ -683,10 +497,10 @@ async fn unknown_message_types() {
             Format::Json => b"{\"type\":99,\"what\":[1]}\x1e{\"type\":0}\x1e".to_vec(),
             Format::MessagePack => vec![0x02, 0x91, 0x63, 0x02, 0x91, 0x00],
         };
-        client.send(&unknown).await;
+        client.send_raw(&unknown).await;
         // Still connected: it receives the broadcast like the bystander.
         bystander.still_receives_everything(&server).await;
-        match within("a broadcast", WAIT, client.next_message()).await {
+        match within("a broadcast", WAIT, client.try_next_message()).await {
             Some(HubMessage::Invocation { target, .. }) => assert_eq!(target, "seq"),
             other => panic!("{format:?} client after an unknown type: {other:?}"),
         }
@@ -868,7 +682,7 @@ async fn floods_of_connects_and_sends() {
     bystander.still_receives_everything(&server).await;
     for client in &mut clients {
         for i in 0..BROADCASTS {
-            match within("a broadcast to the flood", WAIT, client.next_message()).await {
+            match within("a broadcast to the flood", WAIT, client.try_next_message()).await {
                 Some(HubMessage::Invocation { arguments, .. }) => {
                     assert_eq!(arguments[1], json!(i))
                 }
@@ -895,7 +709,13 @@ async fn floods_of_connects_and_sends() {
     }
     bystander.still_receives_everything(&server).await;
     assert_eq!(server.node.client_connection_count(), 2);
-    match within("a broadcast to the flooder", WAIT, flooder.next_message()).await {
+    match within(
+        "a broadcast to the flooder",
+        WAIT,
+        flooder.try_next_message(),
+    )
+    .await
+    {
         Some(HubMessage::Invocation { target, .. }) => assert_eq!(target, "seq"),
         other => panic!("the flooder got {other:?}"),
     }
@@ -1076,7 +896,13 @@ async fn rest_bodies() {
     )
     .await;
     assert_eq!(response.status, 202, "{response:?}");
-    match within("the text/plain send", WAIT, bystander.client.next_message()).await {
+    match within(
+        "the text/plain send",
+        WAIT,
+        bystander.client.try_next_message(),
+    )
+    .await
+    {
         Some(HubMessage::Invocation { arguments, .. }) => {
             assert_eq!(arguments, [json!(0), json!(-1)])
         }
@@ -1262,7 +1088,7 @@ async fn rest_paths_and_names() {
             assert!(message.contains(text), "{method} {target}: {message}");
         } else {
             // The one accepted send reached the bystander.
-            match within("the send", WAIT, bystander.client.next_message()).await {
+            match within("the send", WAIT, bystander.client.try_next_message()).await {
                 Some(HubMessage::Invocation { arguments, .. }) => {
                     assert_eq!(arguments, [json!(0), json!(-1)])
                 }

@@ -47,13 +47,29 @@ async fn page_status(server: &TestServer, token: Option<&str>) -> (u16, String) 
 
 /// The status of a WebSocket upgrade to the admin hub from a page of `origin`.
 async fn hub_status_from(server: &TestServer, origin: &str) -> u16 {
+    hub_status_with(server, None, &[("origin", origin)]).await
+}
+
+/// The status of a WebSocket upgrade to the admin hub with `token` and these headers, as a
+/// balancer in front of the node would pass them on (`host`, `origin`, `x-forwarded-*`).
+async fn hub_status_with(
+    server: &TestServer,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+) -> u16 {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    let mut request = format!("ws://{}/dashboard/hub", server.addr)
+    let query = token
+        .map(|t| format!("?access_token={t}"))
+        .unwrap_or_default();
+    let mut request = format!("ws://{}/dashboard/hub{query}", server.addr)
         .into_client_request()
         .unwrap();
-    request
-        .headers_mut()
-        .insert("origin", origin.parse().unwrap());
+    for (name, value) in headers {
+        request.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
     match tokio_tungstenite::connect_async(request).await {
         Ok((_, response)) => response.status().as_u16(),
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
@@ -159,6 +175,210 @@ async fn only_operators_open_the_dashboard_and_its_hub() {
     })
     .await;
     assert_eq!(page_status(&off, Some(&admin_token(&off))).await.0, 404);
+    off.stop().await;
+}
+
+/// Behind a balancer the page's origin names the balancer, not the node. nginx's
+/// `proxy_set_header Host $host` drops the port; `public_endpoint` and, from a trusted proxy,
+/// `X-Forwarded-*` say where the page was loaded from. Other sites stay refused.
+#[tokio::test]
+async fn the_admin_hub_takes_its_own_page_behind_a_balancer_and_refuses_other_sites() {
+    // With an access key: in development mode CORS takes pages on this machine only.
+    let behind_balancer = TestServer::start_with(Config {
+        access_key: Some(KEY.into()),
+        public_endpoint: Some("http://lb.example:8888".into()),
+        ..Config::default()
+    })
+    .await;
+    let admin = admin_token(&behind_balancer);
+    for (headers, expected, what) in [
+        (
+            [("host", "lb.example"), ("origin", "http://lb.example:8888")],
+            101,
+            "Host $host (port dropped): the public endpoint's origin",
+        ),
+        (
+            [
+                ("host", "lb.example:8888"),
+                ("origin", "http://lb.example:8888"),
+            ],
+            101,
+            "Host $http_host",
+        ),
+        (
+            [("host", "lb.example:80"), ("origin", "http://lb.example")],
+            101,
+            "a default port written out",
+        ),
+        (
+            [("host", "lb.example"), ("origin", "http://lb.example:9999")],
+            403,
+            "another port of the balancer's host",
+        ),
+        (
+            [
+                ("host", "lb.example"),
+                ("origin", "https://lb.example:8888"),
+            ],
+            403,
+            "the public endpoint's host and port over another scheme",
+        ),
+        (
+            [("host", "lb.example"), ("origin", "http://evil.example")],
+            403,
+            "another site",
+        ),
+        (
+            [("host", "lb.example"), ("origin", "null")],
+            403,
+            "an opaque origin",
+        ),
+    ] {
+        assert_eq!(
+            hub_status_with(&behind_balancer, Some(&admin), &headers).await,
+            expected,
+            "{what}: {headers:?}"
+        );
+    }
+    // X-Forwarded-* from a peer that is not a trusted proxy say nothing.
+    let untrusted = [
+        ("host", "lb.example"),
+        ("x-forwarded-port", "9999"),
+        ("origin", "http://lb.example:9999"),
+    ];
+    assert_eq!(
+        hub_status_with(&behind_balancer, Some(&admin), &untrusted).await,
+        403
+    );
+    behind_balancer.stop().await;
+
+    let behind_trusted_proxy = TestServer::start_with(Config {
+        access_key: Some(KEY.into()),
+        trusted_proxies: vec!["127.0.0.1".into()],
+        ..Config::default()
+    })
+    .await;
+    let admin = admin_token(&behind_trusted_proxy);
+    for (headers, expected, what) in [
+        (
+            vec![
+                ("host", "lb.example"),
+                ("x-forwarded-port", "8888"),
+                ("x-forwarded-proto", "http"),
+                ("origin", "http://lb.example:8888"),
+            ],
+            101,
+            "the port the proxy forwarded",
+        ),
+        (
+            vec![("host", "lb.example"), ("origin", "http://lb.example:8888")],
+            403,
+            "a port nothing names",
+        ),
+        (
+            vec![
+                ("host", "upstream-name"),
+                ("x-forwarded-host", "signalr.example.com"),
+                ("x-forwarded-proto", "https"),
+                ("origin", "https://signalr.example.com"),
+            ],
+            101,
+            "the host the proxy forwarded",
+        ),
+        (
+            vec![
+                ("host", "upstream-name"),
+                ("x-forwarded-host", "signalr.example.com"),
+                ("x-forwarded-proto", "https"),
+                ("origin", "https://evil.example"),
+            ],
+            403,
+            "another site behind the same proxy",
+        ),
+    ] {
+        assert_eq!(
+            hub_status_with(&behind_trusted_proxy, Some(&admin), &headers).await,
+            expected,
+            "{what}: {headers:?}"
+        );
+    }
+    behind_trusted_proxy.stop().await;
+}
+
+/// `/` in a browser or with curl: what a person can open here, and where the docs are. No key,
+/// no version (the health endpoint says neither).
+#[tokio::test]
+async fn the_front_page_names_the_dashboard_health_metrics_and_docs() {
+    let server = server_with_key(Dashboard::default()).await;
+    let http = reqwest::Client::new();
+    let get = |accept: &'static str| {
+        http.get(format!("http://{}/", server.addr))
+            .header("accept", accept)
+            .send()
+    };
+    let browser = get("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+        .await
+        .unwrap();
+    assert_eq!(browser.status(), 200);
+    assert_eq!(
+        browser.headers()["content-type"],
+        "text/html; charset=utf-8"
+    );
+    assert_eq!(browser.headers()["vary"], "Accept");
+    let page = browser.text().await.unwrap();
+    for link in [
+        r#"href="/dashboard""#,
+        r#"href="/api/health""#,
+        r#"href="/metrics""#,
+        r#"href="/api/openapi.json""#,
+        r#"rel="icon" href="/dashboard/assets/favicon.svg""#,
+    ] {
+        assert!(page.contains(link), "{link} in {page}");
+    }
+    assert!(page.contains("docs/"), "{page}");
+    let curl = get("*/*").await.unwrap();
+    assert_eq!(curl.headers()["content-type"], "text/plain; charset=utf-8");
+    let text = curl.text().await.unwrap();
+    for path in ["/dashboard", "/api/health", "/metrics", "README.md"] {
+        assert!(text.contains(path), "{path} in {text}");
+    }
+    for body in [&page, &text] {
+        assert!(!body.contains(KEY), "no key: {body}");
+        assert!(
+            !body.contains(env!("CARGO_PKG_VERSION")),
+            "no version: {body}"
+        );
+    }
+    // Every link on it answers (the dashboard with its refusal, without a token).
+    for (path, status) in [
+        ("/api/health", 200),
+        ("/metrics", 200),
+        ("/api/openapi.json", 200),
+        ("/dashboard/assets/favicon.svg", 200),
+        ("/dashboard", 401),
+    ] {
+        let response = reqwest::get(format!("http://{}{path}", server.addr))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path}");
+    }
+    server.stop().await;
+
+    let off = server_with_key(Dashboard {
+        enabled: false,
+        ..Dashboard::default()
+    })
+    .await;
+    let text = reqwest::get(format!("http://{}/", off.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("/api/health") && !text.contains("/dashboard"),
+        "{text}"
+    );
     off.stop().await;
 }
 

@@ -1,16 +1,15 @@
 //! The data-plane REST API end to end: a node on port 0, reqwest for REST, and real WebSocket
 //! clients (negotiate + handshake) to observe deliveries, closes and group membership.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
-use switchyard_node::{Config, Node};
+use switchyard_node::Config;
+use switchyard_testkit::TestServer;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -29,37 +28,21 @@ fn token(aud: &str) -> String {
     TokenBuilder::new(aud).sign(EMULATOR_ACCESS_KEY, now())
 }
 
-/// One running node; shuts down when dropped.
-struct Server {
-    port: u16,
-    node: Arc<Node>,
-    http: reqwest::Client,
-    _shutdown: oneshot::Sender<()>,
-}
+/// The testkit's node; the calls below are what these tests make of it.
+type Server = TestServer;
 
-impl Server {
-    async fn start() -> Server {
-        Server::start_with(Config::default()).await
-    }
+/// REST requests to a [`TestServer`] with a valid token for their own URL.
+trait RestCalls {
+    fn port(&self) -> u16;
 
-    async fn start_with(config: Config) -> Server {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let node = Node::new(config.validate().unwrap());
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(switchyard_node::serve(listener, node.clone(), async move {
-            let _ = rx.await;
-        }));
-        Server {
-            port,
-            node,
-            http: reqwest::Client::new(),
-            _shutdown: tx,
-        }
+    /// An HTTP client for one test's requests (a client per runtime: pooled connections do
+    /// not outlive the runtime that opened them).
+    fn rest_http(&self) -> reqwest::Client {
+        reqwest::Client::new()
     }
 
     fn url(&self, path_and_query: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.port, path_and_query)
+        format!("http://127.0.0.1:{}{}", self.port(), path_and_query)
     }
 
     /// The audience the REST docs describe: the request URL without query.
@@ -70,7 +53,7 @@ impl Server {
 
     /// A request with a valid token for its own URL.
     fn request(&self, method: Method, path_and_query: &str) -> reqwest::RequestBuilder {
-        self.http
+        self.rest_http()
             .request(method, self.url(path_and_query))
             .bearer_auth(token(&self.aud_for(path_and_query)))
     }
@@ -91,6 +74,15 @@ impl Server {
             .unwrap()
     }
 
+    /// A JSON-protocol WebSocket client of `hub`, handshake done.
+    async fn client(&self, hub: &str, user: Option<&str>) -> Client;
+}
+
+impl RestCalls for TestServer {
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
     async fn client(&self, hub: &str, user: Option<&str>) -> Client {
         Client::connect(self, hub, user).await
     }
@@ -105,14 +97,14 @@ struct Client {
 
 impl Client {
     async fn connect(server: &Server, hub: &str, user: Option<&str>) -> Client {
-        let aud = format!("http://127.0.0.1:{}/client/?hub={}", server.port, hub);
+        let aud = format!("http://127.0.0.1:{}/client/?hub={}", server.port(), hub);
         let mut builder = TokenBuilder::new(aud);
         if let Some(user) = user {
             builder = builder.claim("asrs.s.uid", user);
         }
         let token = builder.sign(EMULATOR_ACCESS_KEY, now());
         let negotiate = server
-            .http
+            .rest_http()
             .post(server.url(&format!("/client/negotiate?hub={hub}&negotiateVersion=1")))
             .bearer_auth(&token)
             .send()
@@ -124,7 +116,7 @@ impl Client {
         let connection_token = negotiate["connectionToken"].as_str().unwrap();
         let mut request = format!(
             "ws://127.0.0.1:{}/client/?hub={hub}&id={connection_token}",
-            server.port
+            server.port()
         )
         .into_client_request()
         .unwrap();
@@ -345,7 +337,7 @@ async fn health_needs_no_token() {
     ] {
         for method in [Method::HEAD, Method::GET] {
             let response = server
-                .http
+                .rest_http()
                 .request(method.clone(), server.url(path))
                 .send()
                 .await
@@ -354,7 +346,7 @@ async fn health_needs_no_token() {
         }
     }
     let response = server
-        .http
+        .rest_http()
         .post(server.url("/api/health"))
         .send()
         .await
@@ -366,7 +358,7 @@ async fn health_needs_no_token() {
 async fn openapi_document_is_served() {
     let server = Server::start().await;
     let response = server
-        .http
+        .rest_http()
         .get(server.url("/api/openapi.json"))
         .send()
         .await
@@ -403,7 +395,7 @@ async fn every_route_rejects_missing_token() {
     let server = Server::start().await;
     for (method, path) in all_routes() {
         let response = server
-            .http
+            .rest_http()
             .request(method.clone(), server.url(path))
             .send()
             .await
@@ -491,7 +483,7 @@ async fn bad_tokens_are_rejected() {
     let wrong_path = token(&server.aud_for("/api/hubs/other/:send"));
     let wrong_scheme = token(&format!(
         "https://127.0.0.1:{}/api/hubs/chat/:send",
-        server.port
+        server.port()
     ));
     let wrong_host = token("http://example.com/api/hubs/chat/:send");
     let wrong_query = token(&format!("{aud}?api-version=2023-07-01"));
@@ -505,7 +497,7 @@ async fn bad_tokens_are_rejected() {
         ("garbage", "not.a.token".to_string()),
     ] {
         let response = server
-            .http
+            .rest_http()
             .post(server.url(path))
             .bearer_auth(token)
             .json(&json!({"target": "t"}))
@@ -521,7 +513,7 @@ async fn bad_tokens_are_rejected() {
         .lifetime(Duration::from_secs(60))
         .sign(EMULATOR_ACCESS_KEY, now() - 3600);
     let response = server
-        .http
+        .rest_http()
         .post(server.url(path))
         .bearer_auth(expired)
         .json(&json!({"target": "t"}))
@@ -535,7 +527,7 @@ async fn bad_tokens_are_rejected() {
     // Header only: a token in the query string is not accepted, nor another scheme.
     let good = token(&aud);
     let response = server
-        .http
+        .rest_http()
         .post(server.url(&format!("{path}&access_token={good}")))
         .json(&json!({"target": "t"}))
         .send()
@@ -543,7 +535,7 @@ async fn bad_tokens_are_rejected() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     let response = server
-        .http
+        .rest_http()
         .post(server.url(path))
         .header("authorization", format!("Basic {good}"))
         .json(&json!({"target": "t"}))
@@ -558,7 +550,7 @@ async fn audience_forms_are_accepted() {
     let server = Server::start().await;
     let path = "/api/hubs/Chat/:send";
     let query = "?application=App&api-version=2022-06-01&excluded=x";
-    let port = server.port;
+    let port = server.port();
     let audiences = [
         // The REST docs: URL without query.
         format!("http://127.0.0.1:{port}{path}"),
@@ -569,7 +561,7 @@ async fn audience_forms_are_accepted() {
     ];
     for aud in audiences {
         let response = server
-            .http
+            .rest_http()
             .post(server.url(&format!("{path}{query}")))
             .bearer_auth(token(&aud))
             .json(&json!({"target": "t"}))
@@ -581,7 +573,7 @@ async fn audience_forms_are_accepted() {
     // An application in the audience must be the request's.
     let aud = "http://127.0.0.1/api/hubs/chat/:send?application=other";
     let response = server
-        .http
+        .rest_http()
         .post(server.url(&format!("{path}{query}")))
         .bearer_auth(token(aud))
         .json(&json!({"target": "t"}))
@@ -1317,7 +1309,7 @@ async fn rest_requests_are_counted() {
     let server = Server::start().await;
     let before = server.node.metrics.rest_request_count();
     server
-        .http
+        .rest_http()
         .head(server.url("/api/health"))
         .send()
         .await

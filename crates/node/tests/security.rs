@@ -1,4 +1,4 @@
-//! The security audit's findings (issue 16), each reproduced against a live node the way the
+//! The security audit's findings (README, "Security"), each reproduced against a live node the way the
 //! audit tried it, and shown fixed: session binding, HTTP timeouts and socket caps, the
 //! client → app-server budget, forwarded headers, audiences, pending negotiations, upstream
 //! amplification, and the low-severity items.

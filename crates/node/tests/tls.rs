@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::tls::{Leaf, TestCa};
 use common::{eventually, now};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 use serde_json::{json, Value};
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
+use switchyard_bench::hub::BenchHub;
 use switchyard_client::app_server::{AppServer, AppServerConfig};
-use switchyard_client::bench_hub::BenchHub;
-use switchyard_client::{connect, ConnectOptions, Connection, TlsRoots, Transport};
+use switchyard_client::{connect, ConnectOptions, Connection, Transport};
 use switchyard_hub_protocol::{Format, HubMessage};
 use switchyard_node::config::{Config, ServiceMode, UpstreamTemplate};
 use switchyard_node::metrics::{ReasonLabel, ResultLabel, UpstreamLabel};
@@ -32,47 +33,7 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
     common::within(what, WAIT, future).await
 }
 
-// ---- certificates ----
-
-/// A certificate authority of the test's own.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new() -> TestCa {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "Switchyard test CA");
-        let pem = params.self_signed(&key).unwrap().pem();
-        TestCa {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// A leaf for 127.0.0.1 and localhost: (certificate PEM, key PEM, certificate DER).
-    fn leaf(&self, name: &str) -> (String, String, CertificateDer<'static>) {
-        let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem(), cert.der().clone())
-    }
-
-    fn roots(&self) -> TlsRoots {
-        TlsRoots::with_pem(self.pem.as_bytes()).unwrap()
-    }
-
-    fn reqwest_root(&self) -> reqwest::Certificate {
-        reqwest::Certificate::from_pem(self.pem.as_bytes()).unwrap()
-    }
-}
+// ---- certificates: `testkit::tls::TestCa` ----
 
 /// A folder of the test's files, removed at the end.
 struct Scratch(PathBuf);
@@ -197,24 +158,7 @@ impl TlsService {
 
     /// The certificate a new TLS connection is given.
     async fn presented_certificate(&self, ca: &TestCa) -> CertificateDer<'static> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
-            .unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
-        let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let stream = within("TLS handshake", connector.connect(name, tcp))
-            .await
-            .unwrap();
-        stream.get_ref().1.peer_certificates().unwrap()[0].clone()
+        ca.presented(self.addr).await
     }
 }
 
@@ -225,8 +169,6 @@ impl Drop for TlsService {
         }
     }
 }
-
-use rustls_pki_types::pem::PemObject;
 
 fn https_client(ca: &TestCa, http1_only: bool) -> reqwest::Client {
     let mut builder = reqwest::Client::builder()
@@ -266,7 +208,11 @@ async fn expect_notify(connection: &mut Connection, text: &str) {
 #[tokio::test]
 async fn rest_over_https_on_h1_and_h2_reaches_a_client_over_wss() {
     let ca = TestCa::new();
-    let (cert, key, _) = ca.leaf("switchyard-one");
+    let Leaf {
+        cert_pem: cert,
+        key_pem: key,
+        ..
+    } = ca.leaf("switchyard-one");
     let files = Scratch::new("rest");
     let service = TlsService::start(
         &files.write("cert.pem", &cert),
@@ -321,7 +267,11 @@ async fn rest_over_https_on_h1_and_h2_reaches_a_client_over_wss() {
 #[tokio::test]
 async fn the_app_server_sdk_over_wss_echoes_to_a_client_over_wss() {
     let ca = TestCa::new();
-    let (cert, key, _) = ca.leaf("switchyard-app");
+    let Leaf {
+        cert_pem: cert,
+        key_pem: key,
+        ..
+    } = ca.leaf("switchyard-app");
     let files = Scratch::new("app");
     let service = TlsService::start(
         &files.write("cert.pem", &cert),
@@ -376,7 +326,11 @@ async fn the_app_server_sdk_over_wss_echoes_to_a_client_over_wss() {
 #[tokio::test]
 async fn a_changed_certificate_is_taken_and_a_bad_one_refused() {
     let ca = TestCa::new();
-    let (first_pem, first_key, first) = ca.leaf("switchyard-first");
+    let Leaf {
+        cert_pem: first_pem,
+        key_pem: first_key,
+        der: first,
+    } = ca.leaf("switchyard-first");
     let files = Scratch::new("reload");
     let cert = files.write("cert.pem", &first_pem);
     let key = files.write("key.pem", &first_key);
@@ -393,7 +347,11 @@ async fn a_changed_certificate_is_taken_and_a_bad_one_refused() {
     .unwrap();
     let rest = https_client(&ca, false);
 
-    let (second_pem, second_key, second) = ca.leaf("switchyard-second");
+    let Leaf {
+        cert_pem: second_pem,
+        key_pem: second_key,
+        der: second,
+    } = ca.leaf("switchyard-second");
     // The key first: until the certificate follows, the pair does not match (an error
     // may be counted meanwhile; the first certificate stays).
     files.write("key.pem", &second_key);
@@ -422,7 +380,7 @@ async fn a_changed_certificate_is_taken_and_a_bad_one_refused() {
     .await;
     assert_eq!(service.presented_certificate(&ca).await, second);
     // A certificate whose key is elsewhere is refused as well.
-    let (third_pem, _, _) = ca.leaf("switchyard-third");
+    let third_pem = ca.leaf("switchyard-third").cert_pem;
     let errors = service.tls_reloads("error");
     files.write("cert.pem", &third_pem);
     eventually("the mismatched key is counted", WAIT, || {
@@ -438,7 +396,11 @@ async fn a_changed_certificate_is_taken_and_a_bad_one_refused() {
 #[tokio::test]
 async fn plain_http_and_stalled_handshakes_end_only_their_own_socket() {
     let ca = TestCa::new();
-    let (cert, key, _) = ca.leaf("switchyard-plain");
+    let Leaf {
+        cert_pem: cert,
+        key_pem: key,
+        ..
+    } = ca.leaf("switchyard-plain");
     let files = Scratch::new("plain");
     let service = TlsService::start(
         &files.write("cert.pem", &cert),
@@ -490,8 +452,12 @@ async fn plain_http_and_stalled_handshakes_end_only_their_own_socket() {
 #[test]
 fn bad_files_stop_the_start_with_a_clear_message() {
     let ca = TestCa::new();
-    let (cert, key, _) = ca.leaf("switchyard-bad");
-    let (_, other_key, _) = ca.leaf("switchyard-other");
+    let Leaf {
+        cert_pem: cert,
+        key_pem: key,
+        ..
+    } = ca.leaf("switchyard-bad");
+    let other_key = ca.leaf("switchyard-other").key_pem;
     let files = Scratch::new("bad");
     let cert = files.write("cert.pem", &cert);
     let key = files.write("key.pem", &key);
@@ -525,7 +491,9 @@ fn bad_files_stop_the_start_with_a_clear_message() {
 
 /// An https server that records the path of every request and answers 200.
 async fn https_upstream(ca: &TestCa) -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
-    let (cert_pem, key_pem, _) = ca.leaf("upstream");
+    let Leaf {
+        cert_pem, key_pem, ..
+    } = ca.leaf("upstream");
     let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(

@@ -34,8 +34,7 @@ use std::time::Instant;
 
 use parking_lot::RwLock;
 use switchyard_core::{
-    user_group_key, Answer, Channel, CloseReason, GroupName, HubName, Message, Question, Target,
-    UserGroupEntry, UserGroupKey, UserId,
+    user_group_key, Channel, GroupName, HubName, Message, UserGroupEntry, UserGroupKey, UserId,
 };
 
 /// Receives first-member / last-member changes of channels on this node.
@@ -173,81 +172,8 @@ impl Router {
             } => self
                 .find_hub(hub)
                 .map_or(0, |hub| hub.close(target, excluded, reason)),
-            // Questions and answers are between nodes, and so is presence.
-            Message::Ask { .. }
-            | Message::Answer { .. }
-            | Message::Presence(_)
-            | Message::Trace { .. } => 0,
-        }
-    }
-
-    /// This node's answer to a question from another node, from local state only. Questions
-    /// that change a connection change it here when this node holds it, and answer whether
-    /// it does.
-    pub fn answer(&self, hub: &HubName, question: &Question) -> Answer {
-        let yes = |held: bool| if held { Answer::Yes } else { Answer::No };
-        if matches!(question, Question::Address) {
-            return Answer::Yes; // the node fills in its address
-        }
-        if let Question::UserGroups { after, max } = question {
-            return Answer::UserGroups(self.user_groups(after.as_ref(), *max as usize));
-        }
-        if let Question::UserJoinGroup { user, group, ttl } = question {
-            self.touched(hub, user, Some(group));
-            // The table outlives connections: the hub is created, as for the message.
-            let _ = self
-                .hub(hub)
-                .user_join_group(user, group, *ttl, Instant::now());
-            return Answer::Yes;
-        }
-        let Some(hub) = self.find_hub(hub) else {
-            return match question {
-                Question::GroupMembers { .. } => Answer::Members(Vec::new()),
-                _ => Answer::No,
-            };
-        };
-        match question {
-            Question::AddToGroup { connection, group } => match hub.join_group(connection, group) {
-                GroupJoin::Joined => Answer::Yes,
-                GroupJoin::NotHere => Answer::No,
-                GroupJoin::Full(max) => Answer::Full(max as u64),
-            },
-            Question::RemoveFromGroup { connection, group } => {
-                let held = hub.connection_exists(connection);
-                match group {
-                    Some(group) => {
-                        hub.remove_from_group(connection, group);
-                    }
-                    None => hub.remove_from_all_groups(connection),
-                }
-                yes(held)
-            }
-            Question::CloseConnection { connection, reason } => {
-                let held = hub.connection_exists(connection);
-                hub.close(
-                    &Target::Connection(connection.clone()),
-                    &[],
-                    &CloseReason::ClosedByApi(reason.clone()),
-                );
-                yes(held)
-            }
-            Question::ConnectionExists(id) => yes(hub.connection_exists(id)),
-            Question::UserExists(user) => yes(hub.user_exists(user)),
-            Question::GroupExists(group) => yes(hub.group_exists(group)),
-            Question::UserInGroup(user, group) => {
-                yes(hub.user_in_group(user, group, Instant::now()))
-            }
-            Question::GroupMembers { group, after, max } => Answer::Members(
-                hub.group_members(group, after.as_deref(), *max as usize)
-                    .into_iter()
-                    .map(|m| (m.connection, m.user))
-                    .collect(),
-            ),
-            Question::UserJoinGroup { .. } | Question::Address | Question::UserGroups { .. } => {
-                Answer::Yes
-            }
-            // App servers and the dashboard are not the router's: the node answers these itself.
-            Question::Invoke { .. } | Question::View(_) => Answer::No,
+            // Between nodes: the node reads these itself.
+            Message::Control { .. } => 0,
         }
     }
 

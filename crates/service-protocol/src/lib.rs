@@ -2,7 +2,7 @@
 //! an app server (the SDK) and the service over a server connection. Bytes in, messages
 //! (or bytes) out; no sockets, no runtime.
 //!
-//! # Parts
+//! # Layout
 //! - [`FrameReader`]: splits the byte stream into message bodies (VarInt length prefix).
 //! - [`decode`]: one body → [`ServiceMessage`]; payloads are zero-copy [`Bytes`] slices.
 //!   Accepts every older, shorter layout and ignores what newer peers append; unknown

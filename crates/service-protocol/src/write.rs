@@ -34,6 +34,12 @@ fn len32(len: usize) -> u32 {
 pub(crate) struct Out<'w, W: io::Write>(pub(crate) &'w mut W);
 
 impl<W: io::Write> Out<'_, W> {
+    /// The array header and the type id that open every message.
+    pub(crate) fn head(&mut self, type_id: i32, len: usize) {
+        self.array(len);
+        self.int(type_id);
+    }
+
     pub(crate) fn array(&mut self, len: usize) {
         let _ = wr::write_array_len(self.0, len32(len));
     }

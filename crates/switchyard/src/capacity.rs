@@ -7,9 +7,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
+use switchyard_capacity::format;
 use switchyard_capacity::guide::{self, Guide};
-use switchyard_capacity::plan::{self, Comparison, Load, LoadPlan, Measured, Plan, Scenario};
+use switchyard_capacity::plan::{self, Comparison, Load, LoadPlan, Measured, Plan};
 use switchyard_capacity::report::Report;
+use switchyard_capacity::scenario::Scenario;
 use switchyard_capacity::spec::{self, LoadSpec};
 
 pub const LONG_ABOUT: &str = "\
@@ -37,7 +39,8 @@ Formulas (learn.microsoft.com/azure/azure-signalr/signalr-concept-performance):
 A unit carries a load when its connections, inbound and outbound bandwidth (the guide's message
 rates at its 2 KB test size) fit; a mix of loads adds up each load's share of its own scenario's
 figures. Groups under 20 members use the small-group figures, larger ones the big-group figures.
-Bandwidths use the guide's units: 1 KB = 1,024 bytes, 1 MB = 1,000 KB.
+Bandwidths use the guide's units (as switchyard-bench prints them): KBps and MBps, with 1 KB =
+1,024 bytes and 1 MB = 1,000 KB.
 
 Reports: a load is compared with the report of its scenario (and group class) whose last passing
 step gives it the most headroom; the shares of several loads add up. Headroom = measured /
@@ -223,98 +226,16 @@ fn text(
     verdict: Option<&Verdict>,
 ) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", guide.description);
-    let _ = writeln!(out, "{}", guide.url);
-    let _ = writeln!(
-        out,
-        "Messages under 1 KB count as 1 KB; 1 KB = 1,024 bytes, 1 MB = 1,000 KB (the guide's units)."
-    );
-    for (i, lp) in plan.loads.iter().enumerate() {
-        let _ = writeln!(out, "\nload {}: {}", i + 1, describe(lp));
-        traffic_lines(&mut out, &lp.traffic);
-        let _ = writeln!(
-            out,
-            "  {:<9} {} ({} figures)",
-            "Azure",
-            unit(guide, lp.azure_unit),
-            lp.guide_scenario.title().to_lowercase()
-        );
-    }
-    let total = &plan.total;
-    let _ = writeln!(
-        out,
-        "\ntotal: {} load{}, {} connections",
-        plan.loads.len(),
-        if plan.loads.len() == 1 { "" } else { "s" },
-        int(total.connections as f64)
-    );
-    traffic_lines(&mut out, &total.traffic);
-    let _ = writeln!(out, "  {:<9} {}", "Azure", unit(guide, total.azure_unit));
+    plan_lines(&mut out, guide, plan);
     if reports.is_empty() {
         return out;
     }
     let _ = writeln!(out, "\nmeasured (last passing step):");
     for r in reports {
-        let m = &r.measured;
-        let _ = writeln!(
-            out,
-            "  {}: {} on {} ({}, {}, {}), {} B messages",
-            r.path.display(),
-            m.scenario,
-            m.target,
-            m.mode,
-            m.transport,
-            m.protocol,
-            int(m.message_size as f64)
-        );
-        match m.step {
-            Some(step) => {
-                let _ = writeln!(
-                    out,
-                    "    step {step}: {} connections, {} in/s, {} out/s, p99 {} ms; reaches {}",
-                    int(m.connections as f64),
-                    rate(m.inbound_per_s),
-                    rate(m.outbound_per_s),
-                    m.p99_ms.map_or("-".into(), decimal),
-                    r.azure_unit.as_deref().unwrap_or("no Azure unit")
-                );
-            }
-            None => {
-                let _ = writeln!(out, "    no step passed");
-            }
-        }
+        report_lines(&mut out, r);
     }
     for (check, lp) in checks.iter().zip(&plan.loads) {
-        let load = &lp.load;
-        match (&check.report, &check.comparison) {
-            (Some(path), Some(c)) => {
-                let _ = writeln!(
-                    out,
-                    "  load {} ({}) vs {path}: needs {} of connections, {} of inbound, {} of \
-                     outbound; headroom {}: {}",
-                    check.load,
-                    load.scenario.name(),
-                    percent(c.connections_share),
-                    percent(c.inbound_share),
-                    percent(c.outbound_share),
-                    times(c.headroom),
-                    if c.enough { "enough" } else { "not enough" }
-                );
-            }
-            _ => {
-                let _ = writeln!(
-                    out,
-                    "  load {} ({}): no report of {}{}: not covered",
-                    check.load,
-                    load.scenario.name(),
-                    lp.guide_scenario.title().to_lowercase(),
-                    match load.group_size {
-                        Some(size) => format!(" (groups of {size})"),
-                        None => String::new(),
-                    }
-                );
-            }
-        }
+        check_line(&mut out, check, lp);
     }
     if let Some(v) = verdict {
         let _ = match (v.share, v.covered) {
@@ -334,13 +255,102 @@ fn text(
     out
 }
 
+/// The guide's header, each load and the total.
+fn plan_lines(out: &mut String, guide: &Guide, plan: &Plan) {
+    let _ = writeln!(out, "{}", guide.description);
+    let _ = writeln!(out, "{}", guide.url);
+    let _ = writeln!(
+        out,
+        "Messages under 1 KB count as 1 KB; 1 KB = 1,024 bytes, 1 MB = 1,000 KB (the guide's units)."
+    );
+    for (i, lp) in plan.loads.iter().enumerate() {
+        let _ = writeln!(out, "\nload {}: {}", i + 1, describe(lp));
+        traffic_lines(out, &lp.traffic);
+        let _ = writeln!(
+            out,
+            "  {:<9} {} ({} figures)",
+            "Azure",
+            unit(guide, lp.azure_unit),
+            lp.guide_scenario.title().to_lowercase()
+        );
+    }
+    let total = &plan.total;
+    let _ = writeln!(
+        out,
+        "\ntotal: {} load{}, {} connections",
+        plan.loads.len(),
+        if plan.loads.len() == 1 { "" } else { "s" },
+        format::count(total.connections)
+    );
+    traffic_lines(out, &total.traffic);
+    let _ = writeln!(out, "  {:<9} {}", "Azure", unit(guide, total.azure_unit));
+}
+
+/// What one report measured in its last passing step.
+fn report_lines(out: &mut String, r: &ReadReport) {
+    let m = &r.measured;
+    let _ = writeln!(
+        out,
+        "  {}: {} on {} ({}, {}, {}), {} B messages",
+        r.path.display(),
+        m.scenario,
+        m.target,
+        m.mode,
+        m.transport,
+        m.protocol,
+        format::count(m.message_size)
+    );
+    let _ = match m.step {
+        Some(step) => writeln!(
+            out,
+            "    step {step}: {} connections, {} in/s, {} out/s, p99 {} ms; reaches {}",
+            format::count(m.connections),
+            format::number(m.inbound_per_s),
+            format::number(m.outbound_per_s),
+            m.p99_ms.map_or(format::NONE.into(), format::number),
+            r.azure_unit.as_deref().unwrap_or("no Azure unit")
+        ),
+        None => writeln!(out, "    no step passed"),
+    };
+}
+
+/// One load against its best report.
+fn check_line(out: &mut String, check: &LoadCheck, lp: &LoadPlan) {
+    let load = &lp.load;
+    let _ = match (&check.report, &check.comparison) {
+        (Some(path), Some(c)) => writeln!(
+            out,
+            "  load {} ({}) vs {path}: needs {} of connections, {} of inbound, {} of \
+             outbound; headroom {}: {}",
+            check.load,
+            load.scenario.name(),
+            percent(c.connections_share),
+            percent(c.inbound_share),
+            percent(c.outbound_share),
+            times(c.headroom),
+            if c.enough { "enough" } else { "not enough" }
+        ),
+        _ => writeln!(
+            out,
+            "  load {} ({}): no report of {}{}: not covered",
+            check.load,
+            load.scenario.name(),
+            lp.guide_scenario.title().to_lowercase(),
+            match load.group_size {
+                Some(size) => format!(" (groups of {size})"),
+                None => String::new(),
+            }
+        ),
+    };
+}
+
 fn describe(lp: &LoadPlan) -> String {
     let load = &lp.load;
     let mut text = format!(
         "{}, {} connections, {} {} every {}, {} B messages",
         load.scenario.name(),
-        int(load.connections as f64),
-        int(load.senders as f64),
+        format::count(load.connections),
+        format::count(load.senders),
         match (load.scenario.is_rest(), load.senders) {
             (true, 1) => "REST caller",
             (true, _) => "REST callers",
@@ -348,16 +358,16 @@ fn describe(lp: &LoadPlan) -> String {
             (false, _) => "senders",
         },
         interval(load.send_interval_ms),
-        int(load.message_size as f64),
+        format::count(load.message_size),
     );
     if let Some(size) = load.group_size {
-        let _ = write!(text, ", groups of {}", int(size as f64));
+        let _ = write!(text, ", groups of {}", format::count(size));
     }
     if lp.counted_message_size != load.message_size {
         let _ = write!(
             text,
             " (counted as {} B)",
-            int(lp.counted_message_size as f64)
+            format::count(lp.counted_message_size)
         );
     }
     text
@@ -368,16 +378,16 @@ fn traffic_lines(out: &mut String, t: &plan::Traffic) {
         out,
         "  {:<9} {:>10} msg/s {:>11}",
         "inbound",
-        rate(t.inbound_per_s),
-        bandwidth(t.inbound_bytes_per_s)
+        format::number(t.inbound_per_s),
+        format::bandwidth(t.inbound_bytes_per_s)
     );
     let _ = writeln!(
         out,
         "  {:<9} {:>10} msg/s {:>11}   ({} billed msg/s)",
         "outbound",
-        rate(t.outbound_per_s),
-        bandwidth(t.outbound_bytes_per_s),
-        rate(t.billed_outbound_per_s)
+        format::number(t.outbound_per_s),
+        format::bandwidth(t.outbound_bytes_per_s),
+        format::number(t.billed_outbound_per_s)
     );
 }
 
@@ -391,60 +401,17 @@ fn unit(guide: &Guide, unit: Option<u32>) -> String {
     }
 }
 
-/// 12,345 (whole numbers with separators).
-fn int(value: f64) -> String {
-    let digits = format!("{:.0}", value.abs());
-    let mut grouped = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    if value < 0.0 {
-        grouped.insert(0, '-');
-    }
-    grouped
-}
-
-/// Up to two decimals, trailing zeros dropped.
-fn decimal(value: f64) -> String {
-    let text = format!("{value:.2}");
-    text.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-/// A rate: whole with separators from 100 on, else up to two decimals.
-fn rate(value: f64) -> String {
-    if value >= 100.0 {
-        int(value)
-    } else {
-        decimal(value)
-    }
-}
-
-/// Bytes per second in the guide's units (1 KB = 1,024 B, 1 MB = 1,000 KB).
-fn bandwidth(bytes_per_s: f64) -> String {
-    let (kb, mb) = (guide::KB as f64, guide::MB as f64);
-    if bytes_per_s >= mb {
-        format!("{} MB/s", decimal(bytes_per_s / mb))
-    } else if bytes_per_s >= kb {
-        format!("{} KB/s", decimal(bytes_per_s / kb))
-    } else {
-        format!("{} B/s", decimal(bytes_per_s))
-    }
-}
-
 fn interval(ms: f64) -> String {
     if ms >= 1_000.0 {
-        format!("{} s", decimal(ms / 1_000.0))
+        format!("{} s", format::number(ms / 1_000.0))
     } else {
-        format!("{} ms", decimal(ms))
+        format!("{} ms", format::number(ms))
     }
 }
 
 fn percent(share: f64) -> String {
     if share.is_finite() {
-        format!("{}%", decimal(share * 100.0))
+        format!("{}%", format::number(share * 100.0))
     } else {
         "all (nothing measured)".into()
     }
@@ -512,17 +479,18 @@ mod tests {
 
     #[test]
     fn number_formats() {
-        assert_eq!(int(0.0), "0");
-        assert_eq!(int(999.0), "999");
-        assert_eq!(int(1_000.0), "1,000");
-        assert_eq!(int(1_234_567.4), "1,234,567");
-        assert_eq!(rate(0.2), "0.2");
-        assert_eq!(rate(2.0), "2");
-        assert_eq!(rate(12_345.6), "12,346");
-        assert_eq!(bandwidth(4.0 * 1_024.0), "4 KB/s");
-        assert_eq!(bandwidth(20_480_000.0), "20 MB/s");
-        assert_eq!(bandwidth(1_228_800.0), "1.2 MB/s");
-        assert_eq!(bandwidth(100.0), "100 B/s");
+        assert_eq!(format::count(0), "0");
+        assert_eq!(format::count(999), "999");
+        assert_eq!(format::count(1_000), "1,000");
+        assert_eq!(format::count(1_234_567), "1,234,567");
+        assert_eq!(format::number(0.2), "0.2");
+        assert_eq!(format::number(2.0), "2");
+        assert_eq!(format::number(12_345.6), "12,346");
+        // One bandwidth unit with switchyard-bench: the guide's KBps and MBps.
+        assert_eq!(format::bandwidth(4.0 * 1_024.0), "4 KBps");
+        assert_eq!(format::bandwidth(20_480_000.0), "20 MBps");
+        assert_eq!(format::bandwidth(1_228_800.0), "1.2 MBps");
+        assert_eq!(format::bandwidth(100.0), "100 Bps");
         assert_eq!(interval(500.0), "500 ms");
         assert_eq!(interval(1_500.0), "1.5 s");
         assert_eq!(percent(0.5), "50%");

@@ -315,7 +315,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     switchyard_backplane_redis::redact(url)
                 );
                 let node = Node::with_backplane(config.clone(), backplane, node_id.clone());
-                if node.executor().id_in_use_elsewhere().await {
+                if node.cluster().id_in_use_elsewhere().await {
                     return Err(format!(
                         "node id {node_id:?} is already used by another node of this cluster \
                          (same Redis and cluster.prefix): give every node its own --node-id"

@@ -11,7 +11,7 @@ pub const FILE_NAME: &str = "switchyard.toml";
 /// hub, category and event (the Emulator's default template).
 pub const SAMPLE: &str = r#"# Switchyard configuration, written by `switchyard upstream init`.
 # Run the service with it:  switchyard serve --config switchyard.toml
-# Every setting is described in the README ("Configuration"); SWITCHYARD_* variables and
+# Every setting is described in docs/configuration.md; SWITCHYARD_* variables and
 # flags override what is written here.
 
 # listen = "127.0.0.1:8888"

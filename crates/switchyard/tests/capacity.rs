@@ -87,7 +87,7 @@ fn a_load_alone() {
     let text = stdout(&output);
     assert!(text.contains("load 1: echo, 10,000 connections"), "{text}");
     assert!(text.contains("10,000 msg/s"), "{text}");
-    assert!(text.contains("20 MB/s"), "{text}");
+    assert!(text.contains("20 MBps"), "{text}");
     assert!(text.contains("Unit10 (echo figures)"), "{text}");
 
     // A mix, as JSON, with the earlier seven-unit tables.

@@ -3,77 +3,15 @@
 //! the signal can have done it).
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use switchyard_testkit::tls::TestCa;
 
 mod common;
 
 use common::binary;
-
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "cli test CA");
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// Writes a new leaf for 127.0.0.1 to `dir` (key first, then the certificate, each
-    /// renamed into place); returns its DER.
-    fn write_leaf(&self, dir: &Path, name: &str) -> CertificateDer<'static> {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        for (file, text) in [("key.pem", key.serialize_pem()), ("cert.pem", cert.pem())] {
-            std::fs::write(dir.join("partial"), text).unwrap();
-            std::fs::rename(dir.join("partial"), dir.join(file)).unwrap();
-        }
-        cert.der().clone()
-    }
-
-    /// The certificate a new TLS connection to `port` is given.
-    fn presented(&self, port: u16) -> CertificateDer<'static> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(self.pem.as_bytes()).unwrap())
-            .unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let name = ServerName::try_from("127.0.0.1").unwrap();
-        let mut connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-        let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        while connection.is_handshaking() {
-            connection.complete_io(&mut tcp).unwrap();
-        }
-        connection.peer_certificates().unwrap()[0].clone()
-    }
-}
 
 struct Dir(PathBuf);
 
@@ -87,7 +25,7 @@ impl Drop for Dir {
 fn serve_with_tls_prints_https_and_reloads_on_sighup() {
     let dir = Dir(std::env::temp_dir().join(format!("switchyard-cli-tls-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
-    let ca = Ca::new();
+    let ca = TestCa::new();
     let first = ca.write_leaf(&dir.0, "first");
     let cert = dir.0.join("cert.pem");
     let key = dir.0.join("key.pem");
@@ -124,7 +62,7 @@ fn serve_with_tls_prints_https_and_reloads_on_sighup() {
     assert!(connection_string
         .expect("ConnectionString line")
         .starts_with(&format!("Endpoint=https://127.0.0.1;Port={port};")),);
-    assert_eq!(ca.presented(port), first);
+    assert_eq!(ca.presented_blocking(port), first);
 
     let second = ca.write_leaf(&dir.0, "second");
     Command::new("kill")
@@ -132,7 +70,7 @@ fn serve_with_tls_prints_https_and_reloads_on_sighup() {
         .status()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while ca.presented(port) != second {
+    while ca.presented_blocking(port) != second {
         assert!(
             Instant::now() < deadline,
             "SIGHUP did not reload the certificate"

@@ -2,7 +2,8 @@
 //! cluster's among them) reuse it instead of copying it.
 //!
 //! # Layout
-//! - [`server`]: [`TestServer`], a real node on port 0, its URLs and tokens.
+//! - [`server`]: [`TestServer`], a real node on port 0, its URLs and tokens, and
+//!   [`TestServer::with_app_server`], a node with an SDK app server connected.
 //! - [`wait`]: [`eventually`], [`within`], [`WAIT`], [`now`].
 //! - [`http`]: [`Http`], raw long-polling and Server-Sent Events requests.
 //! - [`app_server`]: [`AppServer`], raw service-protocol frames to `/server`.
@@ -10,6 +11,7 @@
 //! - [`admin`]: [`Admin`], a session on a node's dashboard admin hub.
 //! - [`redis`]: [`RedisServer`], a real `redis-server` on a free port; [`RedisCluster`], a
 //!   real Redis Cluster of several.
+//! - [`tls`]: [`tls::TestCa`], a certificate authority of the test's own and its leaves.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -19,6 +21,7 @@ pub mod http;
 pub mod raw_client;
 pub mod redis;
 pub mod server;
+pub mod tls;
 pub mod wait;
 
 pub use admin::{hub_of, Admin};
@@ -28,7 +31,7 @@ pub use app_server::{
 };
 pub use http::{Http, HANDSHAKE_JSON};
 pub use raw_client::{
-    connect_client, decode_frame, default_mode, header, sticky_token, Msg, RawClient,
+    connect_client, decode_frame, default_mode, header, sticky_token, Ending, Msg, RawClient,
 };
 pub use redis::{RedisCluster, RedisServer};
 pub use server::TestServer;

@@ -16,12 +16,27 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use crate::app_server::{AppServer, Ws, NO_DELAY};
 use crate::{within, TestServer, WAIT};
 
-/// A SignalR client over a raw WebSocket: frames are compared byte for byte.
+/// A SignalR client over a raw WebSocket: frames are compared byte for byte, and any bytes
+/// a test needs can be sent (the bad-input catalogue sends broken ones).
 pub struct RawClient {
     pub ws: Ws,
     pub format: Format,
     buf: BytesMut,
     splitter: FrameSplitter,
+    handshake_done: bool,
+    /// The WebSocket close frame's code, once one came.
+    close_code: Option<u16>,
+}
+
+/// How a client connection ended, as the client saw it ([`RawClient::ending`]).
+#[derive(Debug, Default)]
+pub struct Ending {
+    /// The error of a refused handshake.
+    pub handshake_error: Option<String>,
+    /// The Close message's error and allowReconnect, if one came.
+    pub close: Option<(Option<String>, bool)>,
+    /// The WebSocket close frame's code, if one came.
+    pub ws_close_code: Option<u16>,
 }
 
 impl RawClient {
@@ -32,7 +47,39 @@ impl RawClient {
             format,
             buf: BytesMut::new(),
             splitter: FrameSplitter::new(format, usize::MAX),
+            handshake_done: false,
+            close_code: None,
         }
+    }
+
+    /// Negotiates (v1, a token without a user) and opens the WebSocket; sends nothing, so a
+    /// test can send any handshake, or none.
+    pub async fn connect(server: &TestServer, hub: &str, format: Format) -> RawClient {
+        let token = server.token(hub, None);
+        let negotiated = switchyard_client::negotiate(&server.client_url(hub), &token, 1)
+            .await
+            .expect("negotiate");
+        let mut request = server
+            .ws_url(hub, Some(&negotiated.id_value))
+            .into_client_request()
+            .unwrap();
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, NO_DELAY)
+            .await
+            .expect("client upgrade");
+        RawClient::from_socket(ws, format)
+    }
+
+    /// [`Self::connect`], then the handshake, accepted.
+    pub async fn ready(server: &TestServer, hub: &str, format: Format) -> RawClient {
+        let mut client = Self::connect(server, hub, format).await;
+        client
+            .send_raw(&handshake::encode_request(format.name(), 1))
+            .await;
+        client.handshake_result().await.expect("handshake refused");
+        client
     }
 
     /// Negotiates (v1), opens the WebSocket and sends the handshake request; the response
@@ -86,15 +133,30 @@ impl RawClient {
         client
     }
 
+    /// Sends in the connection's format: a text message for JSON, binary for MessagePack.
     pub async fn send_raw(&mut self, bytes: &[u8]) {
-        let message = match self.format {
-            Format::Json => WsMessage::Text(String::from_utf8(bytes.to_vec()).unwrap().into()),
-            Format::MessagePack => WsMessage::Binary(Bytes::copy_from_slice(bytes)),
-        };
-        self.ws.send(message).await.expect("client write");
+        match self.format {
+            Format::Json => self.send_text(std::str::from_utf8(bytes).unwrap()).await,
+            Format::MessagePack => self.send_binary(bytes).await,
+        }
     }
 
-    /// Reads one more WebSocket message into the buffer; false once closed.
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws
+            .send(WsMessage::Text(text.to_string().into()))
+            .await
+            .expect("client write");
+    }
+
+    pub async fn send_binary(&mut self, bytes: &[u8]) {
+        self.ws
+            .send(WsMessage::Binary(Bytes::copy_from_slice(bytes)))
+            .await
+            .expect("client write");
+    }
+
+    /// Reads one more WebSocket message into the buffer; false once closed (a close frame's
+    /// code is kept for [`Self::ending`]).
     pub async fn read_more(&mut self) -> bool {
         loop {
             match self.ws.next().await {
@@ -106,20 +168,30 @@ impl RawClient {
                     self.buf.extend_from_slice(&data);
                     return true;
                 }
-                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => return false,
+                Some(Ok(WsMessage::Close(frame))) => {
+                    self.close_code = frame.map(|f| u16::from(f.code));
+                    return false;
+                }
+                None | Some(Err(_)) => return false,
                 Some(Ok(_)) => {}
             }
         }
+    }
+
+    /// The handshake response, if a whole one is buffered: `Some(error)` if refused.
+    fn take_handshake_response(&mut self) -> Option<Option<String>> {
+        let (error, consumed) =
+            handshake::parse_response(&self.buf).expect("a handshake response")?;
+        let _ = self.buf.split_to(consumed);
+        self.handshake_done = error.is_none();
+        Some(error)
     }
 
     /// The handshake response: `Ok` or the error text.
     pub async fn handshake_result(&mut self) -> Result<(), String> {
         within("the client's handshake response", WAIT, async {
             loop {
-                if let Some((error, consumed)) =
-                    handshake::parse_response(&self.buf).expect("a handshake response")
-                {
-                    let _ = self.buf.split_to(consumed);
+                if let Some(error) = self.take_handshake_response() {
                     return match error {
                         Some(error) => Err(error),
                         None => Ok(()),
@@ -184,6 +256,62 @@ impl RawClient {
             close
         })
         .await
+    }
+
+    /// Reads until the service closes the connection: the handshake error, the Close
+    /// message and the WebSocket close code, whichever came.
+    pub async fn ending(mut self) -> Ending {
+        within("the service to close the connection", WAIT, async {
+            let mut ending = Ending::default();
+            loop {
+                if !self.handshake_done {
+                    if let Some(error) = self.take_handshake_response() {
+                        ending.handshake_error = error;
+                    }
+                }
+                if self.handshake_done {
+                    while let Ok(Some(frame)) = self.splitter.next_frame(&mut self.buf) {
+                        if let Ok(HubMessage::Close {
+                            error,
+                            allow_reconnect,
+                        }) = switchyard_client::decode(self.format, frame.body())
+                        {
+                            ending.close = Some((error, allow_reconnect));
+                        }
+                    }
+                }
+                if !self.read_more().await {
+                    ending.ws_close_code = self.close_code;
+                    return ending;
+                }
+            }
+        })
+        .await
+    }
+
+    /// The Close message's error text (the connection must end with one).
+    pub async fn close_error(self) -> String {
+        let ending = self.ending().await;
+        let shown = format!("{ending:?}");
+        let (error, _) = ending
+            .close
+            .unwrap_or_else(|| panic!("no Close message: {shown}"));
+        error.expect("a Close message with an error")
+    }
+
+    /// The handshake error (the connection must end with one).
+    pub async fn handshake_refusal(self) -> String {
+        let ending = self.ending().await;
+        let shown = format!("{ending:?}");
+        ending
+            .handshake_error
+            .unwrap_or_else(|| panic!("no handshake error: {shown}"))
+    }
+
+    /// The next message that is not a ping, decoded; `None` once closed.
+    pub async fn try_next_message(&mut self) -> Option<HubMessage<Value>> {
+        let frame = self.next_frame().await?;
+        Some(decode_frame(self.format, &frame))
     }
 
     /// Closes the WebSocket and waits for the service's close.

@@ -1,5 +1,6 @@
 //! [`TestServer`]: a real node on port 0 in the test's runtime, with the URLs and tokens
-//! its endpoints take.
+//! its endpoints take, and the SDK app server (`switchyard_client::app_server`) connected to
+//! it that Default-mode tests need.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,17 +8,18 @@ use std::time::Duration;
 
 use switchyard_auth::{TokenBuilder, EMULATOR_ACCESS_KEY};
 use switchyard_backplane::Backplane;
+use switchyard_client::app_server::{AppServer, AppServerConfig, HubMethods};
 use switchyard_core::HubName;
 use switchyard_node::{Config, Node};
 use tokio::sync::oneshot;
 
-use crate::now;
+use crate::{now, within, WAIT};
 
 pub struct TestServer {
     pub addr: SocketAddr,
     pub node: Arc<Node>,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestServer {
@@ -39,6 +41,45 @@ impl TestServer {
         .await
     }
 
+    /// A node with `config` and an SDK app server running `methods` for `hubs` (one
+    /// connection per hub, server id `test-app-server`), connected before this returns.
+    pub async fn with_app_server(
+        config: Config,
+        hubs: &[&str],
+        methods: Arc<dyn HubMethods>,
+    ) -> (TestServer, AppServer) {
+        let server = TestServer::start_with(config).await;
+        let app = server
+            .start_app_server(server.app_server_config(hubs), methods)
+            .await;
+        (server, app)
+    }
+
+    /// The SDK app server's settings for this node: its connection string, `hubs`, one
+    /// connection per hub, server id `test-app-server`; change what a test needs.
+    pub fn app_server_config(&self, hubs: &[&str]) -> AppServerConfig {
+        let mut config = AppServerConfig::new(
+            self.connection_string()
+                .parse()
+                .expect("the node's connection string"),
+        );
+        config.hubs = hubs.iter().map(|hub| hub.to_string()).collect();
+        config.connections_per_hub = 1;
+        config.server_id = "test-app-server".to_owned();
+        config
+    }
+
+    /// Starts an SDK app server and waits until every one of its connections is up.
+    pub async fn start_app_server(
+        &self,
+        config: AppServerConfig,
+        methods: Arc<dyn HubMethods>,
+    ) -> AppServer {
+        let app = AppServer::start(config, methods).expect("the app server starts");
+        within("the app server connects", WAIT, app.ready()).await;
+        app
+    }
+
     async fn serve(node: Arc<Node>) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -50,7 +91,6 @@ impl TestServer {
                     let _ = stopped.await;
                 })
                 .await
-                .unwrap();
             }
         });
         TestServer {
@@ -181,12 +221,28 @@ impl TestServer {
             .unwrap_or(0)
     }
 
+    /// Shuts the node down as the binary does on SIGTERM and waits for `serve` to return;
+    /// panics (failing the test) if it returned an error, panicked, or took over 10 s.
     pub async fn stop(mut self) {
+        if let Err(failure) = self.try_stop().await {
+            panic!("the test server did not stop cleanly: {failure}");
+        }
+    }
+
+    /// [`Self::stop`], returning what went wrong instead of panicking.
+    pub async fn try_stop(&mut self) -> Result<(), String> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(Duration::from_secs(10), task).await {
+            Err(_) => Err("serve did not return within 10 s of the shutdown signal".into()),
+            Ok(Err(join)) if join.is_panic() => Err(format!("serve panicked: {join}")),
+            Ok(Err(join)) => Err(format!("serve was cancelled: {join}")),
+            Ok(Ok(Err(error))) => Err(format!("serve failed: {error}")),
+            Ok(Ok(Ok(()))) => Ok(()),
         }
     }
 }

@@ -1,6 +1,7 @@
 'use strict';
 // Helpers around the official @microsoft/signalr client.
 
+const assert = require('node:assert/strict');
 const signalR = require('@microsoft/signalr');
 const { MessagePackHubProtocol } = require('@microsoft/signalr-protocol-msgpack');
 
@@ -19,7 +20,6 @@ const MATRIX = TRANSPORTS.flatMap((transport) =>
 const VALID = MATRIX.filter((c) => c.valid);
 
 const DEFAULT_WAIT_MS = 5000;
-const ABSENCE_MS = 300;
 
 /** Resolve/reject like `promise`, or reject after `ms` with a message naming `what`. */
 function waitFor(promise, ms = DEFAULT_WAIT_MS, what = 'operation') {
@@ -234,26 +234,24 @@ async function closeAll() {
 
 /**
  * Assert that none of `inboxes` has an unread `method` message (one not taken
- * by next()), including any still in flight: waits ABSENCE_MS, then sends one
- * broadcast marker via `sendMarker(tag)` and waits until every inbox has it;
- * because a connection's messages arrive in order, anything sent to it before
- * the marker has been seen by then.
+ * by next()), including any still in flight: sends one broadcast marker via
+ * `sendMarker(tag)` and waits until every inbox has it; because a connection's
+ * messages arrive in order, anything sent to it before the marker has been seen
+ * by then. No waiting time can prove that, so the marker is required.
  */
 async function expectNothing(inboxes, method, sendMarker) {
+  assert.equal(typeof sendMarker, 'function', 'expectNothing needs a marker to send');
   const list = Array.isArray(inboxes) ? inboxes : [inboxes];
-  await sleep(ABSENCE_MS);
-  if (sendMarker) {
-    const tag = `marker-${Math.random().toString(36).slice(2)}`;
-    await sendMarker(tag);
-    await Promise.all(
-      list.map(async (inbox) => {
-        for (;;) {
-          const [got] = await inbox.next('marker');
-          if (got === tag) break;
-        }
-      }),
-    );
-  }
+  const tag = `marker-${Math.random().toString(36).slice(2)}`;
+  await sendMarker(tag);
+  await Promise.all(
+    list.map(async (inbox) => {
+      for (;;) {
+        const [got] = await inbox.next('marker');
+        if (got === tag) break;
+      }
+    }),
+  );
   for (const inbox of list) {
     const unread = inbox.unread(method);
     if (unread !== 0) {
@@ -279,5 +277,4 @@ module.exports = {
   startFailure,
   closeAll,
   expectNothing,
-  ABSENCE_MS,
 };

@@ -143,47 +143,47 @@ async function startRedisCluster(dir, parts) {
   return { masters, url: `redis-cluster://${masters.map((m) => `127.0.0.1:${m.port}`).join(',')}` };
 }
 
-/** nginx in the foreground with its own prefix directory, round-robin over `upstreams`. */
-async function startNginx(dir, port, upstreams, parts) {
+/** The balancer's configuration as the project ships it (docs/cluster.md shows this file). */
+const NGINX_CONF = path.join(__dirname, '..', '..', '..', 'deploy', 'nginx', 'switchyard.conf');
+
+/**
+ * deploy/nginx/switchyard.conf for other ports, replaced the way its header says (and
+ * scripts/local-cluster.sh does): the `listen 127.0.0.1:8888;` line by `listen`, the
+ * `server 127.0.0.1:800N;` lines by one per upstream. `hostHeader` replaces the Host header's
+ * value (`$host`: the configuration docs/cluster.md showed before, still found in the field).
+ */
+function nginxConfig(listen, upstreams, { hostHeader } = {}) {
+  const shipped = fs.readFileSync(NGINX_CONF, 'utf8');
+  const listenLine = /^(\s*)listen 127\.0\.0\.1:8888;$/m;
+  const serverLines = /^(\s*)server 127\.0\.0\.1:800\d;\n(?:\s*server 127\.0\.0\.1:800\d;\n)*/m;
+  const hostLine = /^(\s*)proxy_set_header Host \$http_host;$/m;
+  for (const [what, pattern] of [['listen', listenLine], ['server', serverLines], ['Host', hostLine]]) {
+    if (!pattern.test(shipped)) throw new Error(`${NGINX_CONF} has no ${what} line to replace: update nginxConfig()`);
+  }
+  let conf = shipped
+    .replace(listenLine, (_, indent) => `${indent}listen ${listen};`)
+    .replace(serverLines, (_, indent) => upstreams.map((u) => `${indent}server ${u};\n`).join(''));
+  if (hostHeader) conf = conf.replace(hostLine, (_, indent) => `${indent}proxy_set_header Host ${hostHeader};`);
+  return conf;
+}
+
+function nginxBinary() {
   const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => fs.existsSync(p));
   if (!nginx) need('nginx', 'nginx-light (or nginx)');
-  const conf = `
-worker_processes 1;
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-daemon off;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path ${dir}/body;
-  proxy_temp_path ${dir}/proxy;
-  fastcgi_temp_path ${dir}/fastcgi;
-  uwsgi_temp_path ${dir}/uwsgi;
-  scgi_temp_path ${dir}/scgi;
-  map $http_upgrade $connection_upgrade { default upgrade; '' ''; }
-  # Plain round-robin: no ip_hash, no sticky cookie. Any request may reach any node.
-  upstream switchyard { ${upstreams.map((u) => `server ${u};`).join(' ')} }
-  server {
-    listen 127.0.0.1:${port};
-    location / {
-      proxy_pass http://switchyard;
-      proxy_http_version 1.1;
-      proxy_set_header Upgrade $http_upgrade;
-      proxy_set_header Connection $connection_upgrade;
-      proxy_set_header Host $host;
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      # Server-Sent Events and long polls stream; hold them as long as the service does.
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 300s;
-      proxy_send_timeout 300s;
-    }
-  }
+  return nginx || 'nginx';
 }
-`;
+
+/**
+ * nginx in the foreground with its own prefix directory (pid, logs, temporary files), the
+ * shipped configuration balancing round-robin over `upstreams`.
+ */
+async function startNginx(dir, port, upstreams, parts, options = {}) {
+  const nginx = nginxBinary();
+  fs.mkdirSync(dir, { recursive: true });
+  const conf = nginxConfig(`127.0.0.1:${port}`, upstreams, options);
   const confPath = path.join(dir, 'nginx.conf');
   fs.writeFileSync(confPath, conf);
-  const child = spawn(nginx || 'nginx', ['-p', dir, '-c', confPath, '-e', path.join(dir, 'error.log')], {
+  const child = spawn(nginx, ['-p', dir, '-c', confPath, '-e', path.join(dir, 'error.log'), '-g', 'daemon off;'], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const proc = managed(child, 'nginx');
@@ -237,10 +237,22 @@ async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = f
       parts.push(node);
       nodes.push(node);
     }
-    const nginx = await startNginx(dir, lbPort, nodes.map((n) => `127.0.0.1:${n.port}`), parts);
+    const upstreams = nodes.map((n) => `127.0.0.1:${n.port}`);
+    const nginx = await startNginx(path.join(dir, 'nginx'), lbPort, upstreams, parts);
     const lb = Object.create(Object.getPrototypeOf(nodes[0]));
     Object.assign(lb, nodes[0], { baseUrl: lbUrl, port: lbPort });
     const cluster = { lb, nodes, redis, nginx, stop };
+    /**
+     * Stops the balancer and starts nginx again on its port (the address the nodes' tokens
+     * name), with `options` for nginxConfig() (e.g. `{ hostHeader: '$host' }`; none: the
+     * shipped file as it is).
+     */
+    cluster.restartBalancer = async (options = {}) => {
+      await stopProcess(cluster.nginx);
+      const own = fs.mkdtempSync(path.join(dir, 'nginx-'));
+      cluster.nginx = await startNginx(own, lbPort, upstreams, parts, options);
+      return cluster.nginx;
+    };
     /** Kills redis-server (SIGKILL) and starts a fresh one on the same port (one redis-server only). */
     cluster.restartRedis = async () => {
       const port = Number(new URL(cluster.redis.url).port);
@@ -271,4 +283,4 @@ async function metric(node, name, labels = {}) {
   return sum;
 }
 
-module.exports = { startCluster, metric, freePort, childEnv };
+module.exports = { startCluster, startNginx, nginxConfig, nginxBinary, NGINX_CONF, metric, freePort, childEnv };

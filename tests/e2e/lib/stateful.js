@@ -21,8 +21,13 @@ function build(url, { protocol, token, stateful = true }) {
   return { connection, closed };
 }
 
-/** Cuts the proxy's client WebSockets every 30–180 ms until `work` settles. */
-async function cutDuring(proxy, work) {
+/** Set for a run without resets (to tell a reset bug from another); the tests that need
+ * resets then still run, and report themselves skipped. */
+const NO_CUTS = Boolean(process.env.E2E_NO_CUTS);
+
+/** Cuts the proxy's client WebSockets every 30–180 ms until `work` settles; `onCut(n)` is
+ * called after each reset that cut `n` > 0 sockets (the test notes how far its work was). */
+async function cutDuring(proxy, work, onCut = () => {}) {
   let done = false;
   const finished = work.finally(() => {
     done = true;
@@ -30,10 +35,24 @@ async function cutDuring(proxy, work) {
   let cuts = 0;
   while (!done) {
     await Promise.race([sleep(30 + Math.floor(Math.random() * 150)), finished.catch(() => {})]);
-    if (!done && !process.env.E2E_NO_CUTS) cuts += proxy.cut();
+    if (!done && !NO_CUTS) {
+      const cut = proxy.cut();
+      cuts += cut;
+      if (cut > 0) onCut(cut);
+    }
   }
   await finished;
   return cuts;
+}
+
+/** At least `least` resets happened (`what`); with E2E_NO_CUTS the test is reported skipped
+ * instead, so a run without resets cannot pass as one with them. */
+function assertCuts(t, cuts, what, least = 3) {
+  if (NO_CUTS) {
+    t.skip(`E2E_NO_CUTS is set: ran without resets, so nothing was tested across them (${what})`);
+    return;
+  }
+  assert.ok(cuts >= least, `only ${cuts} resets ${what}`);
 }
 
 /** Resolves once `check()` (sync or async) is true (polled), or rejects naming `what`. */
@@ -134,5 +153,5 @@ function countedNumbers(upstream, id) {
 
 module.exports = {
   framedBinary,
-  build, cutDuring, until, range, metric, describeMismatch, assertExactly, Upstream, countedNumbers,
+  NO_CUTS, build, cutDuring, assertCuts, until, range, metric, describeMismatch, assertExactly, Upstream, countedNumbers,
 };

@@ -7,6 +7,16 @@ use std::time::Duration;
 
 use switchyard_capacity::report::Report;
 
+/// Short timings shared by the smoke runs.
+pub const QUICK: [&str; 6] = [
+    "--duration",
+    "2s",
+    "--send-interval",
+    "200ms",
+    "--drain",
+    "2s",
+];
+
 pub struct Outcome {
     pub code: i32,
     pub stdout: String,

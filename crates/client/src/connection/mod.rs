@@ -14,9 +14,12 @@
 //!   stream, polls, sends) to one source address.
 //!
 //! # Layout
-//! - here: [`Connection`], [`connect`], [`connect_direct`], options, the transport reads.
+//! - here: [`Connection`], [`connect`], [`connect_direct`], sends and reads.
+//! - `options`: [`Transport`], [`ConnectOptions`], [`http_client`].
 //! - `negotiate`: negotiate with redirects (also [`negotiate`] for one request).
+//! - `io`: the transport under a connection: one frame written, the byte stream read.
 //! - `websocket`, `sse`, `longpoll`: one file per transport.
+//! - `resume`: stateful reconnect's I/O (a new socket, the replay, the Acks).
 //! - `reassemble`: the byte stream cut into message bodies.
 //! - `stateful`: stateful reconnect's numbering, buffer and acknowledgements (no I/O).
 //!
@@ -33,36 +36,35 @@
 //! [`Connection::stateful_stats`]. Other transports ignore the option (as the official
 //! clients do): negotiate does not ask and the handshake stays at version 1.
 
+mod io;
 mod longpoll;
 mod negotiate;
+mod options;
 mod reassemble;
+mod resume;
 mod sse;
 mod stateful;
 mod websocket;
 
 pub use negotiate::{negotiate, Negotiated};
+pub use options::{http_client, http_client_trusting, ConnectOptions, Transport};
 pub use stateful::StatefulStats;
 
 use std::fmt;
-use std::net::IpAddr;
-use std::str::FromStr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
-use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use futures_util::StreamExt as _;
+use reqwest::header::CONTENT_TYPE;
 use serde_json::Value;
 use switchyard_hub_protocol::{encode_close, encode_message, handshake, Format, HubMessage};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use url::Url;
 
 use crate::{decode, ClientError, TlsRoots};
+use io::{authorized, content_type, unexpected, write, AbortOnDrop, HttpIo, Io};
 use reassemble::Reassembler;
 use stateful::{Stateful, Verdict};
 
@@ -95,144 +97,6 @@ const WS_READ_BUFFER: usize = 4 * 1024;
 /// Transport reads (event-stream events, poll bodies) queued ahead of the reader.
 const CHANNEL_CAPACITY: usize = 8;
 
-/// The three SignalR transports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    WebSockets,
-    ServerSentEvents,
-    LongPolling,
-}
-
-impl Transport {
-    /// Every transport, in the order negotiate lists them.
-    pub const ALL: [Transport; 3] = [
-        Transport::WebSockets,
-        Transport::ServerSentEvents,
-        Transport::LongPolling,
-    ];
-
-    /// The name in negotiate's `availableTransports`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::WebSockets => "WebSockets",
-            Transport::ServerSentEvents => "ServerSentEvents",
-            Transport::LongPolling => "LongPolling",
-        }
-    }
-}
-
-impl fmt::Display for Transport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Transport::WebSockets => "websockets",
-            Transport::ServerSentEvents => "serversentevents",
-            Transport::LongPolling => "longpolling",
-        })
-    }
-}
-
-impl FromStr for Transport {
-    type Err = String;
-
-    /// `websockets`/`ws`, `serversentevents`/`sse`, `longpolling`/`lp`, any case.
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.to_ascii_lowercase().as_str() {
-            "websockets" | "ws" => Ok(Transport::WebSockets),
-            "serversentevents" | "sse" => Ok(Transport::ServerSentEvents),
-            "longpolling" | "lp" => Ok(Transport::LongPolling),
-            _ => Err(format!(
-                "'{text}' is not a transport (expected websockets|ws, serversentevents|sse or longpolling|lp)"
-            )),
-        }
-    }
-}
-
-/// How to connect.
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    pub transport: Transport,
-    pub format: Format,
-    /// Bearer token for negotiate (and everything after it unless a redirect brings its own
-    /// `accessToken`, which then replaces it).
-    pub access_token: Option<String>,
-    /// Source address for every socket. The WebSocket is bound here; HTTP requests go
-    /// through [`ConnectOptions::http`] when given (build it with
-    /// [`http_client`]`(local_address)` so that it binds too), else through a client built
-    /// with that address.
-    pub local_address: Option<IpAddr>,
-    /// HTTP client for negotiate, the event stream, polls and sends. Share one between
-    /// connections: a client per connection means a connection pool per connection.
-    pub http: Option<reqwest::Client>,
-    /// Certificate authorities trusted for https and wss, beyond the public roots. The
-    /// WebSocket always uses them; HTTP requests only when [`ConnectOptions::http`] is unset
-    /// (else build that client with [`http_client_trusting`]).
-    pub tls_roots: TlsRoots,
-    /// Largest hub message accepted (body bytes, framing excluded).
-    pub max_message_size: usize,
-    /// Stateful reconnect (the official clients' `withStatefulReconnect()`), WebSockets only;
-    /// ignored for the other transports. See the module documentation.
-    pub stateful_reconnect: bool,
-    /// Unacknowledged bytes the connection expects to keep for replay. Sends never wait:
-    /// the connection has no task that could read the server's Acks while a send waits, so
-    /// past this it keeps buffering and [`Connection::stateful_is_full`] says so. The server
-    /// acknowledges every second, but its Acks are only taken in by
-    /// [`Connection::next_frame`]: a caller that sends without reading keeps everything.
-    pub stateful_buffer_size: usize,
-    /// How long after a drop a new socket is tried before the connection fails.
-    pub stateful_reconnect_window: Duration,
-}
-
-impl ConnectOptions {
-    pub fn new(transport: Transport, format: Format) -> Self {
-        ConnectOptions {
-            transport,
-            format,
-            access_token: None,
-            local_address: None,
-            http: None,
-            tls_roots: TlsRoots::default(),
-            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-            stateful_reconnect: false,
-            stateful_buffer_size: DEFAULT_STATEFUL_BUFFER_SIZE,
-            stateful_reconnect_window: DEFAULT_STATEFUL_RECONNECT_WINDOW,
-        }
-    }
-}
-
-impl Default for ConnectOptions {
-    /// WebSockets, JSON, no token, no bound address.
-    fn default() -> Self {
-        ConnectOptions::new(Transport::WebSockets, Format::Json)
-    }
-}
-
-/// An HTTP client for SignalR: pooled keep-alive connections, `TCP_NODELAY`, no proxy,
-/// [`CONNECT_TIMEOUT`], sockets bound to `local_address` when given. No overall request
-/// timeout (event streams and polls are long); requests that should end set their own.
-pub fn http_client(local_address: Option<IpAddr>) -> reqwest::Client {
-    http_client_trusting(local_address, &TlsRoots::default())
-}
-
-/// [`http_client`] trusting `roots` for https.
-pub fn http_client_trusting(local_address: Option<IpAddr>, roots: &TlsRoots) -> reqwest::Client {
-    roots
-        .apply(reqwest::Client::builder())
-        .no_proxy()
-        .tcp_nodelay(true)
-        .connect_timeout(CONNECT_TIMEOUT)
-        // Below the service's idle keep-alive limit (timeouts.request_header_timeout, 10 s):
-        // a pooled connection the server is closing at the moment of reuse fails the
-        // request ("connection closed before message completed"), and a POST such as
-        // negotiate is not retried.
-        .pool_idle_timeout(Duration::from_secs(5))
-        // A load generator negotiating thousands of connections at once would otherwise keep
-        // as many idle keep-alive sockets open at the server, each a file descriptor there.
-        .pool_max_idle_per_host(64)
-        .local_address(local_address)
-        .build()
-        .expect("an HTTP client with these settings always builds")
-}
-
 /// One started SignalR connection: negotiated, transport open, handshake accepted.
 pub struct Connection {
     connection_id: String,
@@ -252,34 +116,6 @@ impl fmt::Debug for Connection {
             .field("transport", &self.transport)
             .field("format", &self.format)
             .finish_non_exhaustive()
-    }
-}
-
-enum Io {
-    Ws(WebSocketStream<websocket::Stream>),
-    Http(HttpIo),
-    /// Dropped by [`Connection::abort_transport`], or by a failure under stateful reconnect:
-    /// reads and writes fail as on a socket that broke.
-    Gone,
-}
-
-/// Server-Sent Events or long polling.
-pub(super) struct HttpIo {
-    client: reqwest::Client,
-    /// The hub URL with `id=`: polls, sends and the DELETE go here.
-    url: Url,
-    token: Option<String>,
-    /// Filled by the reader task; closed when the stream or the polling ended.
-    incoming: mpsc::Receiver<Result<Bytes, ClientError>>,
-    reader: AbortOnDrop,
-}
-
-/// The reader task ends with its connection.
-pub(super) struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -607,127 +443,6 @@ impl Connection {
         self.stateful.as_deref().is_some_and(Stateful::is_full)
     }
 
-    /// Under stateful reconnect, a read or write failed without a close: the socket is
-    /// given up and the next [`Connection::restore`] opens another. Otherwise (or once
-    /// reconnecting has failed for good) the error is the caller's.
-    fn transport_failed(&mut self, error: ClientError) -> Result<(), ClientError> {
-        match self.stateful.as_deref_mut() {
-            Some(state) if state.failed.is_none() => {
-                tracing::debug!(connection = %self.connection_id, %error, "stateful reconnect: transport dropped");
-                self.io = Io::Gone;
-                state.dropped();
-                Ok(())
-            }
-            _ => Err(error),
-        }
-    }
-
-    /// Stateful reconnect: opens a new socket if the last one dropped (retrying within the
-    /// window), then writes this client's Sequence and its unacknowledged frames.
-    async fn restore(&mut self) -> Result<(), ClientError> {
-        loop {
-            let Some(state) = self.stateful.as_deref_mut() else {
-                return Ok(());
-            };
-            if let Some(why) = &state.failed {
-                return Err(ClientError::Protocol(why.clone()));
-            }
-            if let Some(dropped_at) = state.dropped_at {
-                let deadline = dropped_at + state.window;
-                if state.attempts > 0 {
-                    tokio::time::sleep_until(
-                        (Instant::now() + stateful::RETRY_DELAY).min(deadline),
-                    )
-                    .await;
-                }
-                let opened = tokio::time::timeout_at(
-                    deadline,
-                    websocket::open(
-                        &state.target,
-                        state.token.as_deref(),
-                        state.local_address,
-                        state.max_message_size,
-                        &state.tls_roots,
-                    ),
-                )
-                .await;
-                match opened {
-                    Ok(Ok(socket)) => {
-                        self.io = Io::Ws(socket);
-                        // A message cut off with the old socket is replayed whole.
-                        self.frames = Reassembler::new(self.format, state.max_message_size);
-                        state.reopened();
-                    }
-                    // The server answered but would not take the socket (404: the
-                    // connection is gone): no point trying again.
-                    Ok(Err(ClientError::WebSocket(
-                        tokio_tungstenite::tungstenite::Error::Http(response),
-                    ))) => {
-                        let why = format!(
-                            "stateful reconnect refused: HTTP {}",
-                            response.status().as_u16()
-                        );
-                        state.failed = Some(why.clone());
-                        return Err(ClientError::Protocol(why));
-                    }
-                    Ok(Err(e)) if Instant::now() < deadline => {
-                        tracing::debug!(connection = %self.connection_id, error = %e, "stateful reconnect: attempt failed");
-                        state.attempts += 1;
-                        continue;
-                    }
-                    Ok(Err(_)) | Err(_) => {
-                        let why = format!(
-                            "stateful reconnect: no new socket within {} s",
-                            state.window.as_secs_f64()
-                        );
-                        state.failed = Some(why.clone());
-                        return Err(ClientError::Protocol(why));
-                    }
-                }
-            }
-            if !state.replay_pending {
-                return Ok(());
-            }
-            let frames = state.replay(self.format);
-            let replayed = frames.len() as u64 - 1;
-            let mut written = Ok(());
-            for frame in frames {
-                written = write(&mut self.io, self.format, frame).await;
-                if written.is_err() {
-                    break;
-                }
-            }
-            let state = self.stateful.as_deref_mut().expect("stateful");
-            match written {
-                Ok(()) => {
-                    state.replay_pending = false;
-                    state.stats.replayed += replayed;
-                    return Ok(());
-                }
-                Err(e) => self.transport_failed(e)?,
-            }
-        }
-    }
-
-    /// Writes the owed Ack if its time has come.
-    async fn write_due_ack(&mut self) -> Result<(), ClientError> {
-        let Some(state) = self.stateful.as_deref_mut() else {
-            return Ok(());
-        };
-        if !state.ack_is_due(Instant::now()) {
-            return Ok(());
-        }
-        let Some((id, frame)) = state.ack(self.format) else {
-            state.ack_settled();
-            return Ok(());
-        };
-        write(&mut self.io, self.format, frame).await?;
-        if let Some(state) = self.stateful.as_deref_mut() {
-            state.acked(id);
-        }
-        Ok(())
-    }
-
     /// Sends the handshake request and reads the response; bytes after it stay buffered.
     async fn handshake(&mut self, version: u32) -> Result<(), ClientError> {
         let request = handshake::encode_request(self.format.name(), version);
@@ -741,119 +456,6 @@ impl Connection {
             }
             let chunk = self.io.read().await.map_err(|(e, _)| e)?;
             self.frames.push(chunk);
-        }
-    }
-}
-
-/// Writes one frame: a WebSocket message (text for JSON, binary for MessagePack) or a POST.
-async fn write(io: &mut Io, format: Format, frame: Bytes) -> Result<(), ClientError> {
-    match io {
-        Io::Ws(socket) => {
-            let message = match format {
-                Format::Json => WsMessage::Text(Utf8Bytes::try_from(frame).map_err(|_| {
-                    ClientError::Protocol("a JSON hub message must be UTF-8".into())
-                })?),
-                Format::MessagePack => WsMessage::Binary(frame),
-            };
-            socket.send(message).await?;
-            Ok(())
-        }
-        Io::Http(http) => http.post(format, frame).await,
-        Io::Gone => Err(gone()),
-    }
-}
-
-/// What a dropped transport answers.
-fn gone() -> ClientError {
-    ClientError::WebSocket(tokio_tungstenite::tungstenite::Error::ConnectionClosed)
-}
-
-impl Io {
-    /// The next piece of the server's byte stream. Cancel-safe. An error comes with whether
-    /// the server closed cleanly (a WebSocket close; for HTTP transports every end counts as
-    /// clean, as they never reconnect).
-    async fn read(&mut self) -> Result<Bytes, (ClientError, bool)> {
-        match self {
-            Io::Ws(socket) => loop {
-                match socket.next().await {
-                    Some(Ok(WsMessage::Text(text))) => return Ok(Bytes::from(text)),
-                    Some(Ok(WsMessage::Binary(data))) => return Ok(data),
-                    Some(Ok(WsMessage::Close(_))) => return Err((ClientError::Closed, true)),
-                    None => return Err((ClientError::Closed, false)),
-                    // Pings are answered by tungstenite.
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err((e.into(), false)),
-                }
-            },
-            Io::Http(http) => match http.incoming.recv().await {
-                Some(result) => result.map_err(|e| (e, true)),
-                None => Err((ClientError::Closed, true)),
-            },
-            Io::Gone => Err((gone(), false)),
-        }
-    }
-}
-
-impl HttpIo {
-    /// `POST {url}?id=` with the raw bytes.
-    async fn post(&self, format: Format, body: Bytes) -> Result<(), ClientError> {
-        let request = authorized(self.client.post(self.url.clone()), self.token.as_deref())
-            .header(CONTENT_TYPE, content_type(format))
-            .timeout(REQUEST_TIMEOUT)
-            .body(body);
-        let response = request.send().await?;
-        let status = response.status().as_u16();
-        // Read to the end so that the connection goes back to the pool.
-        let text = response.text().await?;
-        if status != 200 {
-            return Err(unexpected("send (POST)", status, &text));
-        }
-        Ok(())
-    }
-}
-
-fn content_type(format: Format) -> HeaderValue {
-    HeaderValue::from_static(match format {
-        Format::Json => "text/plain;charset=UTF-8",
-        Format::MessagePack => "application/octet-stream",
-    })
-}
-
-pub(super) fn authorized(
-    request: reqwest::RequestBuilder,
-    token: Option<&str>,
-) -> reqwest::RequestBuilder {
-    match token {
-        Some(token) => request.bearer_auth(token),
-        None => request,
-    }
-}
-
-pub(super) fn unexpected(what: &str, status: u16, body: &str) -> ClientError {
-    ClientError::Protocol(format!("{what} answered HTTP {status}: {}", body.trim()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transport_names() {
-        for (text, transport) in [
-            ("websockets", Transport::WebSockets),
-            ("WS", Transport::WebSockets),
-            ("ServerSentEvents", Transport::ServerSentEvents),
-            ("sse", Transport::ServerSentEvents),
-            ("LongPolling", Transport::LongPolling),
-            ("lp", Transport::LongPolling),
-        ] {
-            assert_eq!(text.parse::<Transport>(), Ok(transport));
-        }
-        assert!("http".parse::<Transport>().is_err());
-        assert_eq!(Transport::ServerSentEvents.to_string(), "serversentevents");
-        assert_eq!(Transport::LongPolling.name(), "LongPolling");
-        for t in Transport::ALL {
-            assert_eq!(t.to_string().parse::<Transport>(), Ok(t));
         }
     }
 }

@@ -12,7 +12,9 @@ pub use wire::{read_varint, write_varint, MAX_VARINT_VALUE};
 pub(crate) use wire::{write, Reader};
 
 use crate::error::DecodeError;
-use crate::message::{dedupe_headers, message_type as t, CompletionResult, Headers, HubMessage};
+use crate::message::{
+    check_invocation, dedupe_headers, message_type as t, CompletionResult, Headers, HubMessage,
+};
 
 const RESULT_KIND_ERROR: i64 = 1;
 const RESULT_KIND_VOID: i64 = 2;
@@ -36,25 +38,14 @@ pub fn decode(body: &[u8]) -> Result<HubMessage<rmpv::Value>, DecodeError> {
     let ty = r.int("messageType", "Int32")?;
     let ty = i32::try_from(ty).map_err(|_| DecodeError::read("messageType", "Int32"))?;
     let message = match u8::try_from(ty).unwrap_or(0) {
-        t::INVOCATION | t::STREAM_INVOCATION => {
-            let streaming = ty == i32::from(t::STREAM_INVOCATION);
-            let kind = if streaming {
-                "StreamInvocation"
-            } else {
-                "Invocation"
-            };
+        kind @ (t::INVOCATION | t::STREAM_INVOCATION) => {
             let headers = r.headers()?;
-            let id = r.nil_or_str("invocationId")?.filter(|id| !id.is_empty());
-            if streaming && id.is_none() {
-                return Err(DecodeError::EmptyInvocationId(kind));
-            }
-            let target = r.str("target")?;
-            if target.is_empty() {
-                return Err(DecodeError::EmptyTarget(kind));
-            }
+            // Nil is an empty id to the .NET reader.
+            let id = Some(r.nil_or_str("invocationId")?.unwrap_or_default());
+            let (id, target) = check_invocation(kind, id, || r.str("target").map(Some))?;
             let arguments = r.values("arguments")?;
             let stream_ids = r.optional_strings("streamIds")?;
-            if streaming {
+            if kind == t::STREAM_INVOCATION {
                 HubMessage::StreamInvocation {
                     headers,
                     invocation_id: id.unwrap_or_default().to_owned(),
@@ -220,28 +211,7 @@ fn write_message<V>(
             headers,
             invocation_id,
             result,
-        } => {
-            let len = if matches!(result, CompletionResult::Void) {
-                4
-            } else {
-                5
-            };
-            write::array_len(out, len);
-            write::uint(out, u64::from(t::COMPLETION));
-            write::headers(out, headers);
-            write::str(out, invocation_id);
-            match result {
-                CompletionResult::Error(e) => {
-                    write::int(out, RESULT_KIND_ERROR);
-                    write::str(out, e);
-                }
-                CompletionResult::Void => write::int(out, RESULT_KIND_VOID),
-                CompletionResult::Value(v) => {
-                    write::int(out, RESULT_KIND_VALUE);
-                    value(out, v);
-                }
-            }
-        }
+        } => write_completion(out, headers, invocation_id, result, value),
         HubMessage::CancelInvocation {
             headers,
             invocation_id,
@@ -267,6 +237,35 @@ fn write_message<V>(
         HubMessage::Unknown { message_type } => {
             write::array_len(out, 1);
             write::int(out, i64::from(*message_type));
+        }
+    }
+}
+
+fn write_completion<V>(
+    out: &mut Vec<u8>,
+    headers: &Headers,
+    invocation_id: &str,
+    result: &CompletionResult<V>,
+    value: fn(&mut Vec<u8>, &V),
+) {
+    let len = if matches!(result, CompletionResult::Void) {
+        4
+    } else {
+        5
+    };
+    write::array_len(out, len);
+    write::uint(out, u64::from(t::COMPLETION));
+    write::headers(out, headers);
+    write::str(out, invocation_id);
+    match result {
+        CompletionResult::Error(e) => {
+            write::int(out, RESULT_KIND_ERROR);
+            write::str(out, e);
+        }
+        CompletionResult::Void => write::int(out, RESULT_KIND_VOID),
+        CompletionResult::Value(v) => {
+            write::int(out, RESULT_KIND_VALUE);
+            value(out, v);
         }
     }
 }

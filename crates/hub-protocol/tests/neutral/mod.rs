@@ -1,5 +1,5 @@
 //! Conversions between this crate's `HubMessage` and the protocol-neutral message form of
-//! `testdata/hub-protocol.json` (see the fact sheet §11), including the typed markers
+//! `testdata/hub-protocol.json`, including the typed markers
 //! `{"$float32": x}`, `{"$timestamp": "ISO-8601Z"}` and `{"$bin": "hex"}`.
 
 use serde_json::{json, Map, Value as J};

@@ -157,7 +157,7 @@
       cell(row, number(t.LongPolling || 0), "num longpolling");
       cell(row, number(p.json || 0), "num json");
       cell(row, number(p.messagepack || 0), "num messagepack");
-      // Summed over nodes when a node had too many names to pass on (see the README).
+      // Summed over nodes when a node had too many names to pass on (see docs/operations.md, "Dashboard and live trace").
       const about = hub.approximate ? "≈" : "";
       cell(row, about + number(hub.groups), "num groups");
       cell(row, about + number(hub.users), "num users");

@@ -122,9 +122,9 @@ async fn wait_for_data(
     };
     match next {
         Batch::Frames => {
-            client.log_outbound(clients, &batch);
-            // Taken whole: the queue is empty, so a paused app server may go on.
-            client.backlog_written();
+            // Taken whole and answered as the poll's body.
+            client.batch_taken(clients, &batch);
+            client.batch_written();
             let body = if batch.len() == 1 {
                 batch.pop().expect("one frame")
             } else {

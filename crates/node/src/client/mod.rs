@@ -5,6 +5,7 @@
 //! - `negotiate`: `POST /client/negotiate`, versions 0 and 1.
 //! - `session`: the hub-protocol side every transport feeds (handshake, pings, close).
 //! - `websocket`, `sse`, `longpoll`: one module per transport.
+//! - `writer`: the step each transport's writer takes with a batch drained from the queue.
 //! - here: [`ClientConnection`], the per-client state, and request dispatch.
 
 mod longpoll;
@@ -14,6 +15,7 @@ mod resume;
 mod session;
 mod sse;
 mod websocket;
+mod writer;
 
 pub(crate) use registry::{Clients, Refusal};
 
@@ -30,10 +32,9 @@ use switchyard_auth::{generate_connection_token, VerifiedToken};
 use switchyard_core::{CloseReason, ConnectionId, HubName, UserId};
 use switchyard_router::{Connection, Hub};
 
-use crate::default_mode::{ConnectInfo, DefaultLink, LinkedClient};
-use crate::http::{
-    authorize_hub, is_websocket_upgrade, text_error, Query, TextError, Unauthorized,
-};
+use crate::app_server::{ConnectInfo, DefaultLink, LinkedClient};
+use crate::auth::{authorize_hub, Unauthorized};
+use crate::http::{is_websocket_upgrade, text_error, Query, TextError};
 use crate::upstream::{ClientUpstream, UpstreamClient};
 
 pub(crate) use session::Inbound;
@@ -500,8 +501,8 @@ pub(crate) fn create_client(
         return Err(Refusal::Full.into_error());
     }
     // In a cluster the key names this node, so any node can pass later requests here.
-    let named = |random: String| match clients.executor.in_cluster() {
-        true => crate::forward::key_naming(random, clients.executor.node_id()),
+    let named = |random: String| match clients.cluster.in_cluster() {
+        true => crate::cluster::proxy::key_naming(random, clients.cluster.node_id()),
         false => random,
     };
     let id = generate_connection_token();
@@ -512,7 +513,7 @@ pub(crate) fn create_client(
     };
     let connection_id =
         ConnectionId::new(if by_token { &id } else { &key }).expect("generated ids are valid");
-    let hub = clients.executor.router().hub(hub);
+    let hub = clients.cluster.router().hub(hub);
     let client = ClientConnection::new(clients, key, connection_id, hub, token, source);
     clients
         .insert(client.clone())
@@ -530,12 +531,12 @@ pub(crate) fn throttle_connect(
     let config = clients.config();
     let source = crate::http::client_ip(request, config).filter(|ip| !config.is_trusted_proxy(*ip));
     clients
-        .executor
-        .throttle()
+        .shared
+        .throttle
         .connect(source, clients.metrics())
         .map_err(|refusal| {
             crate::logs::refused(
-                clients.executor.refusal_log(),
+                &clients.shared.refusals,
                 "client",
                 None,
                 refusal.why.kind(),
@@ -560,7 +561,7 @@ pub(crate) fn authorize_client(
     request: &axum::http::request::Parts,
     query: &Query,
 ) -> Result<(HubName, VerifiedToken), TextError> {
-    authorize_hub(clients.executor.auth(), request, query, "/client/").map_err(|refusal| {
+    authorize_hub(&clients.shared.auth, request, query, "/client/").map_err(|refusal| {
         if let Unauthorized::Token { hub, error } = &refusal {
             let reason = Unauthorized::reason(error);
             clients
@@ -569,14 +570,14 @@ pub(crate) fn authorize_client(
                 .get_or_create(&crate::metrics::ReasonLabel { reason })
                 .inc();
             crate::logs::refused(
-                clients.executor.refusal_log(),
+                &clients.shared.refusals,
                 "client",
                 Some(hub.as_str()),
                 reason,
                 &error.to_string(),
                 crate::http::client_ip(request, clients.config()),
             );
-            if clients.executor.tracer().on() {
+            if clients.shared.tracer.on() {
                 trace_refusal(clients, hub, reason, &error.to_string());
             }
         }
@@ -587,8 +588,8 @@ pub(crate) fn authorize_client(
 /// A refused token, in the live trace of the hub it asked for.
 #[cold]
 fn trace_refusal(clients: &Clients, hub: &HubName, reason: &'static str, detail: &str) {
-    clients.executor.tracer().emit(hub, || {
-        let mut event = crate::trace::TraceEvent::new("error");
+    clients.shared.tracer.emit(hub, || {
+        let mut event = crate::live_trace::TraceEvent::new("error");
         event.reason = Some(reason);
         event.detail = Some(detail.to_string());
         event
@@ -602,10 +603,12 @@ fn elsewhere<'a>(
     request: &axum::http::request::Parts,
     id: &'a str,
 ) -> Option<&'a str> {
-    let node = crate::forward::node_of_key(id)?;
-    let pass_on = clients.executor.in_cluster()
-        && node != clients.executor.node_id().as_str()
-        && !request.headers.contains_key(crate::forward::FORWARDED_BY)
+    let node = crate::cluster::proxy::node_of_key(id)?;
+    let pass_on = clients.cluster.in_cluster()
+        && node != clients.cluster.node_id().as_str()
+        && !request
+            .headers
+            .contains_key(crate::cluster::proxy::FORWARDED_BY)
         && clients.get(id).is_none();
     pass_on.then_some(node)
 }
@@ -624,11 +627,11 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
         .map(str::to_string);
     if let Some(node) = id.as_deref().and_then(|id| elsewhere(&clients, &parts, id)) {
         let request = Request::from_parts(parts, body);
-        let (executor, metrics) = (&clients.executor, clients.metrics());
-        return clients
-            .forwarder
+        let (cluster, metrics) = (&clients.cluster, clients.metrics());
+        return cluster
+            .proxy()
             .forward(
-                executor,
+                cluster,
                 metrics,
                 &hub,
                 node,

@@ -18,7 +18,7 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
     if parts.method != Method::POST {
         return text_error(StatusCode::METHOD_NOT_ALLOWED, "negotiate requires POST");
     }
-    let _negotiating = match clients.executor.throttle().negotiate(clients.metrics()) {
+    let _negotiating = match clients.shared.throttle.negotiate(clients.metrics()) {
         Ok(negotiating) => negotiating,
         Err(refusal) => return TextError::throttled(refusal).into_response(),
     };
@@ -53,10 +53,10 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
         // so when that node cannot be reached (gone, not yet counted gone) it is made here.
         let copy = Request::from_parts(parts.clone(), axum::body::Body::empty());
         drop(body);
-        let (executor, metrics) = (&clients.executor, clients.metrics());
-        if let Some(response) = clients
-            .forwarder
-            .try_forward(executor, metrics, &hub, &node, copy)
+        let (cluster, metrics) = (&clients.cluster, clients.metrics());
+        if let Some(response) = cluster
+            .proxy()
+            .try_forward(cluster, metrics, &hub, &node, copy)
             .await
         {
             return response;
@@ -109,8 +109,10 @@ fn better_node(
     hub: &HubName,
     token: &VerifiedToken,
 ) -> Option<String> {
-    if !clients.executor.in_cluster()
-        || parts.headers.contains_key(crate::forward::FORWARDED_BY)
+    if !clients.cluster.in_cluster()
+        || parts
+            .headers
+            .contains_key(crate::cluster::proxy::FORWARDED_BY)
         || !clients.serves_default_mode(hub, token)
     {
         return None;
@@ -123,7 +125,7 @@ fn better_node(
         return None;
     }
     let server = if required { sticky } else { None };
-    clients.executor.members().node_serving(hub, server)
+    clients.cluster.members().node_serving(hub, server)
 }
 
 /// The body in the exact field order ASP.NET Core writes.

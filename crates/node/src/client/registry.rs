@@ -1,5 +1,5 @@
 //! The client endpoint's state: the table of this node's client connections, what serving
-//! them needs (the executor, Default mode, the upstream), their timers and their ends.
+//! them needs (the cluster, Default mode, the upstream), their timers and their ends.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -16,16 +16,17 @@ use switchyard_auth::VerifiedToken;
 use switchyard_core::{clock::unix_now, CloseReason, HubName};
 
 use super::{ClientConnection, Expiry, Transport};
+use crate::app_server::DefaultMode;
+use crate::cluster::Cluster;
 use crate::config::{ServiceMode, ValidConfig};
-use crate::default_mode::DefaultMode;
-use crate::executor::Executor;
-use crate::forward::Forwarder;
 use crate::http::TextError;
 use crate::metrics::{Metrics, ReasonLabel, TransportLabel};
+use crate::shared::Shared;
 use crate::upstream::Upstream;
 
 pub(crate) struct Clients {
-    pub(crate) executor: Arc<Executor>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) cluster: Arc<Cluster>,
     pub(crate) default_mode: Arc<DefaultMode>,
     /// Serverless upstream webhooks; `None` without templates.
     pub(crate) upstream: Option<Arc<Upstream>>,
@@ -39,9 +40,6 @@ pub(crate) struct Clients {
     connected: AtomicUsize,
     /// Connections made by negotiate that have no transport yet, in all and per waiter.
     pending: Mutex<Pending>,
-    /// Passes requests for other nodes' connections on to them (a cluster without sticky
-    /// sessions).
-    pub(crate) forwarder: Forwarder,
     /// User agents, kept once for all the connections that send the same one.
     user_agents: Mutex<HashSet<Arc<str>>>,
 }
@@ -108,12 +106,14 @@ impl Eq for ClientEntry {}
 
 impl Clients {
     pub(crate) fn new(
-        executor: Arc<Executor>,
+        shared: Arc<Shared>,
+        cluster: Arc<Cluster>,
         default_mode: Arc<DefaultMode>,
         upstream: Option<Arc<Upstream>>,
     ) -> Clients {
         Clients {
-            executor,
+            shared,
+            cluster,
             default_mode,
             upstream,
             table: RwLock::new(HashSet::new()),
@@ -121,7 +121,6 @@ impl Clients {
             owners: RandomState::new(),
             connected: AtomicUsize::new(0),
             pending: Mutex::new(Pending::default()),
-            forwarder: Forwarder::new(),
             user_agents: Mutex::new(HashSet::new()),
         }
     }
@@ -145,11 +144,11 @@ impl Clients {
     }
 
     pub(crate) fn config(&self) -> &ValidConfig {
-        self.executor.config()
+        &self.shared.config
     }
 
     pub(crate) fn metrics(&self) -> &Metrics {
-        self.executor.metrics()
+        &self.shared.metrics
     }
 
     /// Milliseconds since the node started: the clock of per-connection timers.
@@ -168,7 +167,7 @@ impl Clients {
             ServiceMode::Auto => {
                 self.default_mode.servers.seen(hub)
                     || token.claim("asrs.s.sn").is_some()
-                    || self.executor.members().serve_hub(hub)
+                    || self.cluster.members().serve_hub(hub)
             }
         }
     }
@@ -275,7 +274,7 @@ impl Clients {
         if !admitted {
             return Err(Refusal::Full.into_error());
         }
-        let throttle = self.executor.throttle();
+        let throttle = &self.shared.throttle;
         if let Err(refusal) = throttle.handshake_begins(self.metrics()) {
             self.connected.fetch_sub(1, Ordering::AcqRel);
             return Err(TextError::throttled(refusal));
@@ -289,7 +288,7 @@ impl Clients {
     /// longer counts as waiting for one. Once.
     pub(crate) fn handshake_arrived(&self, client: &ClientConnection) {
         if client.handshaking.swap(false, Ordering::AcqRel) {
-            self.executor.throttle().handshake_ended();
+            self.shared.throttle.handshake_ended();
         }
     }
 
@@ -354,7 +353,7 @@ impl Clients {
             client.transport().map(Transport::name),
             &reason,
         );
-        if self.executor.tracer().on() {
+        if self.shared.tracer.on() {
             client.trace(self, "disconnected", |event| {
                 event.reason = Some(reason.code());
                 event.detail = reason.close_error();

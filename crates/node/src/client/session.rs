@@ -13,16 +13,16 @@ use http_body_util::{BodyExt, Limited};
 use parking_lot::Mutex;
 use switchyard_core::{CloseReason, Protocol};
 use switchyard_hub_protocol::{
-    encode_close, handshake, is_trackable_type, message_type, peek, Format, FrameError,
+    encode_close, handshake, is_trackable_type, message_type, peek, Format, Frame, FrameError,
     FrameSplitter, HandshakeError, Peek, RECORD_SEPARATOR,
 };
 use switchyard_router::{Join, TrafficTotals};
 
 use super::resume::{Incoming, Resume};
 use super::{ClientConnection, Clients, Transport};
-use crate::default_mode::{Forwarded, LinkedClient};
+use crate::app_server::{Forwarded, LinkedClient};
 use crate::http::text_error;
-use crate::trace::TraceEvent;
+use crate::live_trace::TraceEvent;
 
 /// Parse state of what the client sent so far.
 pub(crate) struct Inbound {
@@ -113,7 +113,7 @@ impl ClientConnection {
             match self.handshake(clients, &mut inbound.buffer)? {
                 Some((splitter, forward)) => {
                     clients.handshake_arrived(self);
-                    if clients.executor.tracer().on() {
+                    if clients.shared.tracer.on() {
                         self.trace(clients, "connected", |event| {
                             event.protocol = Some(splitter.format().name());
                         });
@@ -130,51 +130,23 @@ impl ClientConnection {
         if inbound.forward {
             return self.forward(clients, inbound);
         }
-        let splitter = inbound.splitter.as_ref().expect("handshake done");
-        let format = splitter.format();
+        let format = inbound.splitter.as_ref().expect("handshake done").format();
         let mut traffic = Received::new(self);
-        let log_messages = clients.config().log.messages;
-        loop {
-            let frame = splitter
-                .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
-                .map_err(frame_error)?;
-            let Some(frame) = frame else {
-                break;
-            };
-            clients.metrics().messages_received.inc();
-            let message = peek(format, frame.body())
-                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
-            if clients.executor.tracer().on() {
-                self.trace_inbound(clients, format, message.message_type, frame.body());
-            }
-            if log_messages {
-                self.log_inbound(&message, frame.framed.len());
-            }
-            if self.sequence(clients, &message)? == Incoming::Skip {
-                continue;
-            }
-            traffic.message(message.message_type, frame.framed.len());
+        while let Some((message, frame)) = self.next_message(clients, inbound, &mut traffic)? {
             match message.message_type {
-                message_type::PING => self.client_pings.store(true, Ordering::Relaxed),
                 message_type::CLOSE => return Err(CloseReason::ClientClosed),
                 // To the upstream, if one takes it; else the client is closed.
                 message_type::INVOCATION | message_type::STREAM_INVOCATION => {
-                    match &clients.upstream {
-                        Some(upstream) => {
-                            if upstream.client_invoked(
-                                self,
-                                format,
-                                &message,
-                                frame.body_bytes(),
-                            )? {
-                                // Its transport stops reading until the upstream catches up.
-                                self.hold_reading.store(true, Ordering::Release);
-                            }
-                        }
-                        None => return Err(CloseReason::InvocationNotSupported),
+                    let Some(upstream) = &clients.upstream else {
+                        return Err(CloseReason::InvocationNotSupported);
+                    };
+                    if upstream.client_invoked(self, format, &message, frame.body_bytes())? {
+                        // Its transport stops reading until the upstream catches up.
+                        self.hold_reading.store(true, Ordering::Release);
                     }
                 }
-                // Completions, stream items, cancels, acks: nothing to act on in serverless mode.
+                // Pings, completions, stream items, cancels, acks: nothing to act on in
+                // serverless mode.
                 _ => {}
             }
         }
@@ -187,58 +159,68 @@ impl ClientConnection {
         Ok(())
     }
 
+    /// The next whole message to act on, `None` when no whole one is left. Each is counted,
+    /// traced and logged here, and stateful reconnect takes its Acks and Sequences and skips
+    /// what it processed before a reconnect: `receive` and `forward` only act.
+    #[inline]
+    fn next_message(
+        &self,
+        clients: &Clients,
+        inbound: &mut Inbound,
+        traffic: &mut Received<'_>,
+    ) -> Result<Option<(Peek, Frame)>, CloseReason> {
+        let splitter = inbound.splitter.as_ref().expect("handshake done");
+        let format = splitter.format();
+        loop {
+            let frame = splitter
+                .next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned)
+                .map_err(frame_error)?;
+            let Some(frame) = frame else {
+                return Ok(None);
+            };
+            clients.metrics().messages_received.inc();
+            let message = peek(format, frame.body())
+                .map_err(|e| CloseReason::ProtocolError(e.to_string()))?;
+            if clients.shared.tracer.on() {
+                self.trace_inbound(clients, format, message.message_type, frame.body());
+            }
+            if clients.config().log.messages {
+                self.log_inbound(&message, frame.framed.len());
+            }
+            if self.sequence(clients, &message)? == Incoming::Skip {
+                continue;
+            }
+            traffic.message(message.message_type, frame.framed.len());
+            if message.message_type == message_type::PING {
+                self.client_pings.store(true, Ordering::Relaxed);
+            }
+            return Ok(Some((message, frame)));
+        }
+    }
+
     /// Default mode: sends every whole message to the app server (one ConnectionData per read,
     /// so the app server sees the client's messages in order and batched as they came).
     fn forward(&self, clients: &Clients, inbound: &mut Inbound) -> Result<(), CloseReason> {
-        let splitter = inbound.splitter.as_ref().expect("handshake done");
-        let format = splitter.format();
         let mut frames: Vec<Bytes> = Vec::new();
         let mut closing = false;
         let mut traffic = Received::new(self);
         // A bad message ends the connection, but the good ones before it still go to the app
         // server, as they would have had they arrived in an earlier read.
         let mut failure = None;
-        let log_messages = clients.config().log.messages;
         loop {
-            let frame =
-                match splitter.next_frame_resuming(&mut inbound.buffer, &mut inbound.scanned) {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => break,
-                    Err(e) => {
-                        failure = Some(frame_error(e));
+            match self.next_message(clients, inbound, &mut traffic) {
+                Ok(Some((message, frame))) => {
+                    frames.push(frame.framed);
+                    if message.message_type == message_type::CLOSE {
+                        closing = true;
                         break;
                     }
-                };
-            clients.metrics().messages_received.inc();
-            let message = match peek(format, frame.body()) {
-                Ok(message) => message,
-                Err(e) => {
-                    failure = Some(CloseReason::ProtocolError(e.to_string()));
-                    break;
                 }
-            };
-            if clients.executor.tracer().on() {
-                self.trace_inbound(clients, format, message.message_type, frame.body());
-            }
-            if log_messages {
-                self.log_inbound(&message, frame.framed.len());
-            }
-            match self.sequence(clients, &message) {
-                Ok(Incoming::Process) => {}
-                Ok(Incoming::Skip) => continue,
+                Ok(None) => break,
                 Err(reason) => {
                     failure = Some(reason);
                     break;
                 }
-            }
-            if message.message_type == message_type::PING {
-                self.client_pings.store(true, Ordering::Relaxed);
-            }
-            traffic.message(message.message_type, frame.framed.len());
-            frames.push(frame.framed);
-            if message.message_type == message_type::CLOSE {
-                closing = true;
-                break;
             }
         }
         if inbound.buffer.is_empty() {
@@ -431,7 +413,7 @@ impl ClientConnection {
         kind: &'static str,
         fill: impl FnOnce(&mut TraceEvent),
     ) {
-        clients.executor.tracer().emit(self.hub.name(), || {
+        clients.shared.tracer.emit(self.hub.name(), || {
             let mut event = TraceEvent::new(kind);
             event.connection_id = Some(self.connection.id().to_string());
             event.user_id = self.connection.user().map(|user| user.to_string());
@@ -444,12 +426,12 @@ impl ClientConnection {
     /// A message from the client, in the live trace (not its pings, acks and sequences).
     #[cold]
     fn trace_inbound(&self, clients: &Clients, format: Format, message_type: u8, body: &[u8]) {
-        if crate::trace::is_chatter_type(message_type) {
+        if crate::live_trace::is_chatter_type(message_type) {
             return;
         }
         self.trace(clients, "message", |event| {
             event.direction = Some("in");
-            clients.executor.tracer().describe(event, format, body);
+            clients.shared.tracer.describe(event, format, body);
         });
     }
 

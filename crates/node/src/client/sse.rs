@@ -89,9 +89,9 @@ impl StreamState {
         let event = tokio::select! {
             next = outbound.next_batch(&mut self.batch) => match next {
                 Batch::Frames => {
-                    client.log_outbound(&self.guard.clients, &self.batch);
-                    // Taken whole: the queue is empty, so a paused app server may go on.
-                    client.backlog_written();
+                    // Taken whole and written as one event.
+                    client.batch_taken(&self.guard.clients, &self.batch);
+                    client.batch_written();
                     format_event(std::mem::take(&mut self.batch).into_iter())
                 }
                 Batch::Close(reason) => {

@@ -24,7 +24,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for the client's close frame after ours.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Socket buffers kept small: the read buffer is allocated whole per connection, so it sets
-/// idle memory. Measured on the real service at 10,000 idle connections (scripts/measure-idle.sh):
+/// idle memory. Measured on the real service at 10,000 idle connections (bench/runs/measure-idle.sh):
 /// 9,582 B per connection at 4 KiB, 6,499 B at 1 KiB, 5,869 B at 256 B. Serverless clients send
 /// little (handshake, pings), so 1 KiB costs nothing there; a 2 KB client message takes two reads.
 const READ_BUFFER: usize = 1024;
@@ -300,12 +300,9 @@ fn run<'a>(
             };
             match step {
                 Step::Write => {
-                    track(clients, client, &batch);
-                    client.log_outbound(clients, &batch);
-                    if !write_batch(socket, client, &mut batch).await {
+                    if !write_taken(clients, client, socket, &mut batch).await {
                         return dropped(clients, client, generation);
                     }
-                    client.backlog_written();
                 }
                 Step::Ping => {
                     if !write_ping(socket, client).await {
@@ -332,12 +329,7 @@ fn run<'a>(
                     continue;
                 }
             }
-            let keep_alive = clients.config().timeouts.keep_alive_interval;
-            let next = Instant::now() + keep_alive;
-            let ack_due = client.resume().and_then(|resume| resume.lock().ack_due());
-            ping_due
-                .as_mut()
-                .reset(ack_due.map_or(next, |due| due.min(next)));
+            ping_due.as_mut().reset(next_ping(clients, client));
         };
         // Boxed: only a closing connection pays for the close path's futures.
         Box::pin(close(clients, client, socket, reason)).await;
@@ -345,20 +337,12 @@ fn run<'a>(
     }
 }
 
-/// Stateful reconnect: numbers and keeps a batch about to be written, for replay.
-fn track(clients: &Clients, client: &ClientConnection, batch: &[Bytes]) {
-    if let Some(resume) = client.resume() {
-        let kept: usize = {
-            let mut resume = resume.lock();
-            batch.iter().map(|frame| resume.track(frame)).sum()
-        };
-        if kept > 0 {
-            clients
-                .metrics()
-                .stateful_buffered_bytes
-                .inc_by(kept as i64);
-        }
-    }
+/// When the keep-alive ping is next due after a write, or the Ack stateful reconnect owes
+/// the client if that is sooner.
+fn next_ping(clients: &Clients, client: &ClientConnection) -> Instant {
+    let next = Instant::now() + clients.config().timeouts.keep_alive_interval;
+    let ack_due = client.resume().and_then(|resume| resume.lock().ack_due());
+    ack_due.map_or(next, |due| due.min(next))
 }
 
 /// Stateful reconnect: after the client sent something, makes sure an Ack goes out within
@@ -442,13 +426,7 @@ async fn hold(
         };
         let written = match step {
             Step::Ping => write_ping(socket, client).await,
-            _ => {
-                track(clients, client, batch);
-                client.log_outbound(clients, batch);
-                let written = write_batch(socket, client, batch).await;
-                client.backlog_written();
-                written
-            }
+            _ => write_taken(clients, client, socket, batch).await,
         };
         if !written {
             return Held::SocketGone;
@@ -456,6 +434,22 @@ async fn hold(
         let keep_alive = clients.config().timeouts.keep_alive_interval;
         ping_due.as_mut().reset(Instant::now() + keep_alive);
     }
+}
+
+/// Writes a batch taken from the queue (see the writer's step, `writer.rs`); false if the
+/// socket failed.
+async fn write_taken(
+    clients: &Clients,
+    client: &ClientConnection,
+    socket: &mut WebSocket,
+    batch: &mut Vec<Bytes>,
+) -> bool {
+    client.batch_taken(clients, batch);
+    if !write_batch(socket, client, batch).await {
+        return false;
+    }
+    client.batch_written();
+    true
 }
 
 /// Writes a drained batch and flushes; false if the socket failed.

@@ -20,7 +20,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// Settings of one Switchyard node. The TOML file, `SWITCHYARD_*` variables and flags all fill
-/// this same tree (see the README's configuration table).
+/// this same tree (see the table in docs/configuration.md).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default, rename_all = "snake_case")]
 pub struct Config {
@@ -143,7 +143,7 @@ impl Dashboard {
     }
 }
 
-/// Logging (the README's "Logs"). The filter is `SWITCHYARD_LOG` (default `info`).
+/// Logging (docs/operations.md, "Logs"). The filter is `SWITCHYARD_LOG` (default `info`).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default, rename_all = "snake_case")]
 pub struct Log {

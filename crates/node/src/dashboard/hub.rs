@@ -23,7 +23,7 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use super::view::Filter;
 use super::Dashboard;
 use crate::command::Command;
-use crate::trace::{Shown, Watch, LOOK_EVERY};
+use crate::live_trace::{Shown, Watch, LOOK_EVERY};
 
 /// Largest message the page may send (its invocations are small).
 pub(super) const MAX_MESSAGE: usize = 64 * 1024;
@@ -168,7 +168,7 @@ impl Session {
             return Vec::new();
         };
         let news = watch.news();
-        let node = self.dashboard.executor.node_id().as_str();
+        let node = self.dashboard.cluster.node_id().as_str();
         let hub = hub.as_str().to_string();
         let mut out: Vec<String> = news
             .events
@@ -265,7 +265,7 @@ impl Session {
             }
             "WatchTrace" => {
                 let hub = hub_name(&arguments)?;
-                match dashboard.executor.tracer().watch(&hub) {
+                match dashboard.shared.tracer.watch(&hub) {
                     Some(watch) => {
                         let until = watch.until_unix_ms;
                         self.trace = Some((hub, watch));

@@ -6,9 +6,11 @@
 //! - `view`: what the page shows, read from the node (hubs, app servers, connections).
 //! - `hub`: the admin hub's sessions (snapshots, the connection list, closes, live trace).
 //! - `relay`: a live trace across the nodes of a cluster.
+//! - `origin`: which pages may open the admin hub (WebSockets skip CORS).
 //! - here: the routes, the operator check and the embedded files.
 
 mod hub;
+mod origin;
 mod relay;
 mod view;
 
@@ -26,10 +28,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use switchyard_auth::{AccessKeys, Strictness};
 
+use crate::app_server::AppServers;
+use crate::auth::{bearer_token, Auth};
 use crate::client::Clients;
+use crate::cluster::Cluster;
 use crate::executor::Executor;
-use crate::http::{bearer_token, text_error, Auth, Query};
-use crate::server::AppServers;
+use crate::http::{text_error, Query};
+use crate::shared::Shared;
 
 /// Every token that opens the dashboard names this path (no query) as its audience.
 pub const DASHBOARD_PATH: &str = "/dashboard";
@@ -39,7 +44,9 @@ pub const ADMIN_ROLE: (&str, &str) = ("role", "admin");
 const ROLE_CLAIM_URI: &str = "http://schemas.microsoft.com/ws/2008/06/identity/claims/role";
 
 pub(crate) struct Dashboard {
+    shared: Arc<Shared>,
     executor: Arc<Executor>,
+    cluster: Arc<Cluster>,
     clients: Arc<Clients>,
     app_servers: Arc<AppServers>,
     /// Tokens signed with `dashboard.key`, when one is set.
@@ -51,18 +58,22 @@ pub(crate) struct Dashboard {
 
 impl Dashboard {
     pub(crate) fn new(
+        shared: Arc<Shared>,
         executor: Arc<Executor>,
+        cluster: Arc<Cluster>,
         clients: Arc<Clients>,
         app_servers: Arc<AppServers>,
     ) -> Dashboard {
-        let config = executor.config();
+        let config = &shared.config;
         let dashboard_key = config
             .dashboard
             .key
             .clone()
             .map(|key| Auth::new(AccessKeys::new(key, None), config));
         Dashboard {
+            shared,
             executor,
+            cluster,
             clients,
             app_servers,
             dashboard_key,
@@ -74,7 +85,7 @@ impl Dashboard {
     /// Whether the request comes from an operator: a dashboard token (see the module
     /// settings, `config::Dashboard`), or anyone on loopback in development mode.
     fn check(&self, request: &axum::http::request::Parts) -> Result<(), String> {
-        let config = self.executor.config();
+        let config = &self.shared.config;
         let peer_is_loopback = request
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
@@ -91,8 +102,8 @@ impl Dashboard {
         }
         let strict = Strictness::default();
         let by_access_key = self
-            .executor
-            .auth()
+            .shared
+            .auth
             .authenticate(token, DASHBOARD_PATH, None, &strict);
         match by_access_key {
             Ok(verified) => {
@@ -155,9 +166,7 @@ async fn page(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Resp
 /// The admin hub: a WebSocket that speaks the SignalR JSON hub protocol.
 async fn admin_hub(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
-    // WebSockets are not subject to CORS: a page of another site that an operator visits
-    // could otherwise open the admin hub (in development mode without any token).
-    if !same_origin(&parts.headers) {
+    if !origin::allowed(&parts, &dashboard.shared.config) {
         return text_error(
             StatusCode::FORBIDDEN,
             "the admin hub takes WebSockets from the dashboard's own page only",
@@ -197,27 +206,6 @@ async fn asset(Path(name): Path<String>) -> Response {
     }
 }
 
-/// Whether a browser's `Origin` (absent for other clients) names the host the request was
-/// sent to.
-fn same_origin(headers: &axum::http::HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    let origin_host = origin
-        .to_str()
-        .ok()
-        .and_then(|origin| url::Url::parse(origin).ok())
-        .map(|url| match url.port() {
-            Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
-            None => url.host_str().unwrap_or_default().to_string(),
-        });
-    match (host, origin_host) {
-        (Some(host), Some(origin)) => host.eq_ignore_ascii_case(&origin),
-        _ => false,
-    }
-}
-
 /// The page runs only its own scripts, talks only to its own origin, and is not framed.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
     style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; \
@@ -254,6 +242,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "uPlot.iife.min.js",
         "text/javascript; charset=utf-8",
         include_str!("../../assets/dashboard/vendor/uPlot.iife.min.js"),
+    ),
+    (
+        "favicon.svg",
+        "image/svg+xml",
+        include_str!("../../assets/dashboard/favicon.svg"),
     ),
     (
         "uPlot.min.css",

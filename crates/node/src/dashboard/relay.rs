@@ -15,7 +15,7 @@ use tokio::time::{interval, MissedTickBehavior};
 
 use super::view::Request;
 use super::Dashboard;
-use crate::trace::{Event, OnNode, TraceEvent, Watch, LOOK_EVERY};
+use crate::live_trace::{Event, OnNode, TraceEvent, Watch, LOOK_EVERY};
 
 /// Most events a node passes on per look (10 looks a second); the rest are counted as lost.
 /// Bounds what one busy trace puts on the backplane.
@@ -28,20 +28,20 @@ impl Dashboard {
     /// Starts (or extends) the trace of `hub` here and on every other node, which pass their
     /// events back to this one.
     pub(super) async fn start_trace(&self, hub: &HubName, duration: Duration) -> Watch {
-        let watch = self.executor.tracer().start(hub, duration);
+        let watch = self.shared.tracer.start(hub, duration);
         self.ask_to_trace(hub, watch.until_unix_ms).await;
         watch
     }
 
     /// Asks the other nodes again to trace `hub` until this node's trace ends.
     pub(super) async fn announce_trace(&self, hub: &HubName) {
-        if let Some(until) = self.executor.tracer().until(hub) {
+        if let Some(until) = self.shared.tracer.until(hub) {
             self.ask_to_trace(hub, until).await;
         }
     }
 
     async fn ask_to_trace(&self, hub: &HubName, until_unix_ms: i64) {
-        if !self.executor.in_cluster() {
+        if !self.cluster.in_cluster() {
             return;
         }
         let left_ms = (until_unix_ms - unix_now_ms()).max(0) as u64;
@@ -49,19 +49,19 @@ impl Dashboard {
             hub: hub.as_str().to_string(),
             // Rounded up: the other nodes end no sooner than this one.
             seconds: left_ms.div_ceil(1000),
-            to: self.executor.node_id().to_string(),
+            to: self.cluster.node_id().to_string(),
         };
-        self.executor.views(to_json(&request)).await;
+        self.cluster.views(to_json(&request)).await;
     }
 
     /// Ends the trace of `hub` on every node.
     pub(super) async fn stop_trace(&self, hub: &HubName) {
-        self.executor.tracer().stop(hub);
-        if self.executor.in_cluster() {
+        self.shared.tracer.stop(hub);
+        if self.cluster.in_cluster() {
             let request = Request::StopTrace {
                 hub: hub.as_str().to_string(),
             };
-            self.executor.views(to_json(&request)).await;
+            self.cluster.views(to_json(&request)).await;
         }
     }
 
@@ -71,7 +71,7 @@ impl Dashboard {
         let Ok(hub) = HubName::new(hub, None) else {
             return false;
         };
-        if to == *self.executor.node_id() {
+        if to == *self.cluster.node_id() {
             return true;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -80,10 +80,7 @@ impl Dashboard {
         // Under the lock, so that a relay whose trace just ended either sees this one or
         // has left the table for a new relay to start.
         let mut relays = self.relays.lock();
-        let watch = self
-            .executor
-            .tracer()
-            .start(&hub, Duration::from_secs(seconds));
+        let watch = self.shared.tracer.start(&hub, Duration::from_secs(seconds));
         match relays.get_mut(&hub) {
             Some(to_nodes) => {
                 to_nodes.insert(to);
@@ -99,7 +96,7 @@ impl Dashboard {
     /// Another node's dashboard stopped the trace of `hub`: the relay ends with it.
     pub(super) fn stop_trace_here(&self, hub: &str) -> bool {
         match HubName::new(hub, None) {
-            Ok(hub) => self.executor.tracer().stop(&hub),
+            Ok(hub) => self.shared.tracer.stop(&hub),
             Err(_) => false,
         }
     }
@@ -116,7 +113,7 @@ async fn relay(dashboard: Weak<Dashboard>, hub: HubName, mut watch: Watch) {
             return;
         };
         let news = watch.news();
-        let node = dashboard.executor.node_id().as_str();
+        let node = dashboard.cluster.node_id().as_str();
         // Only this node's own events: those forwarded to it are its own page's business,
         // and passing them on would echo them between nodes.
         let mut events: Vec<OnNode<'_>> = news
@@ -151,13 +148,11 @@ async fn relay(dashboard: Weak<Dashboard>, hub: HubName, mut watch: Watch) {
                 .get(&hub)
                 .map(|to| to.iter().cloned().collect())
                 .unwrap_or_default();
-            dashboard
-                .executor
-                .publish_trace(&to, &hub, to_json(&events));
+            dashboard.cluster.publish_trace(&to, &hub, to_json(&events));
         }
         if news.ended {
             let mut relays = dashboard.relays.lock();
-            match dashboard.executor.tracer().watch(&hub) {
+            match dashboard.shared.tracer.watch(&hub) {
                 // Started again since: go on with the new trace.
                 Some(again) => watch = again,
                 None => {

@@ -17,7 +17,7 @@ pub(crate) const MAX_ROWS: usize = 500;
 /// Most group names (and user ids) of a hub a node passes on, for exact counts in a cluster.
 pub(crate) const NAMES: usize = 1_000;
 
-/// What one node asks the others for ([`crate::executor::Views`]).
+/// What one node asks the others for ([`crate::cluster::Views`]).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub(super) enum Request {
@@ -174,7 +174,7 @@ impl Dashboard {
         let request = serde_json::to_string(&Request::Snapshot).expect("serialises");
         let mine = snapshot.node.id.clone();
         let others: Vec<Snapshot> = self
-            .executor
+            .cluster
             .views(request)
             .await
             .iter()
@@ -220,15 +220,16 @@ impl Dashboard {
     /// This node and every hub it knows, now; with `names`, the group and user names too
     /// (for another node's sum).
     pub(crate) fn local_snapshot(&self, names: bool) -> Snapshot {
-        let executor = &self.executor;
+        let cluster = &self.cluster;
         let mut hubs: BTreeMap<String, HubView> = BTreeMap::new();
-        let traced: BTreeMap<String, i64> = executor
-            .tracer()
+        let traced: BTreeMap<String, i64> = self
+            .shared
+            .tracer
             .traced()
             .into_iter()
             .map(|(hub, until)| (hub.as_str().to_string(), until))
             .collect();
-        for hub in executor.router().hubs() {
+        for hub in cluster.router().hubs() {
             let view = hubs.entry(hub.name().as_str().to_string()).or_default();
             view.groups = hub.group_count();
             view.users = hub.user_count();
@@ -279,13 +280,13 @@ impl Dashboard {
         }
         let process = crate::process::sample();
         let node = NodeView {
-            id: executor.node_id().to_string(),
+            id: cluster.node_id().to_string(),
             uptime_seconds: self.started.elapsed().as_secs(),
             cpu_percent: process.cpu_percent,
             memory_bytes: process.rss_bytes,
             client_connections: connected,
             server_connections: servers.count(),
-            cluster_nodes: executor.members().count().max(1),
+            cluster_nodes: cluster.members().count().max(1),
         };
         Snapshot {
             time: unix_now_ms(),
@@ -303,8 +304,8 @@ impl Dashboard {
             filter: filter.clone(),
         })
         .expect("serialises");
-        let mine = self.executor.node_id().to_string();
-        for json in self.executor.views(request).await {
+        let mine = self.cluster.node_id().to_string();
+        for json in self.cluster.views(request).await {
             let Ok(other) = serde_json::from_str::<ConnectionList>(&json) else {
                 continue;
             };
@@ -323,7 +324,7 @@ impl Dashboard {
     pub(crate) fn local_connections(&self, filter: &Filter) -> ConnectionList {
         let limit = row_limit(filter);
         let search = filter.search.to_lowercase();
-        let node: NodeId = self.executor.node_id().clone();
+        let node: NodeId = self.cluster.node_id().clone();
         let mut clients = self.clients.all();
         clients.retain(|client| {
             client.handshake_done()
@@ -364,7 +365,7 @@ impl Dashboard {
 /// the executor).
 pub(crate) struct RemoteViews(pub(crate) std::sync::Weak<Dashboard>);
 
-impl crate::executor::Views for RemoteViews {
+impl crate::cluster::Views for RemoteViews {
     fn view(&self, request: &str) -> String {
         let Some(dashboard) = self.0.upgrade() else {
             return "null".into();

@@ -41,26 +41,35 @@ use axum::routing::any;
 use switchyard_auth::{Strictness, VerifiedToken};
 use switchyard_core::HubName;
 
+use crate::cluster::Cluster;
 use crate::executor::Executor;
 use crate::http::Query;
 use crate::metrics::{status_class, StatusLabel};
+use crate::shared::Shared;
 use error::RestError;
 use routes::{Api, Operation};
 
 /// This API's OpenAPI 3 description.
 const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 
-pub(crate) fn routes() -> axum::Router<Arc<Executor>> {
+/// What the REST API works with.
+pub(crate) struct Rest {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) executor: Arc<Executor>,
+    pub(crate) cluster: Arc<Cluster>,
+}
+
+pub(crate) fn routes() -> axum::Router<Arc<Rest>> {
     axum::Router::new().route("/api/{*path}", any(dispatch))
 }
 
-async fn dispatch(State(executor): State<Arc<Executor>>, request: Request) -> Response {
-    let response = match handle(&executor, request).await {
+async fn dispatch(State(rest): State<Arc<Rest>>, request: Request) -> Response {
+    let response = match handle(&rest, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
-    executor
-        .metrics()
+    rest.shared
+        .metrics
         .rest_requests
         .get_or_create(&StatusLabel {
             status: status_class(response.status().as_u16()),
@@ -72,8 +81,8 @@ async fn dispatch(State(executor): State<Arc<Executor>>, request: Request) -> Re
 /// 200 while the node serves. A node of a cluster whose backplane does not answer still
 /// serves its own clients, so it stays 200, says `degraded` in a header and the body, and
 /// lets a balancer's check tell it apart (docs/cluster.md, "Failures").
-fn health(executor: &Executor) -> Response {
-    if executor.members().backplane_healthy() {
+fn health(cluster: &Cluster) -> Response {
+    if cluster.members().backplane_healthy() {
         return StatusCode::OK.into_response();
     }
     (
@@ -82,16 +91,16 @@ fn health(executor: &Executor) -> Response {
             axum::http::HeaderName::from_static("x-switchyard-health"),
             "degraded",
         )],
-        "degraded: the backplane (Redis) does not answer; serving this node's own clients only\n",
+        "degraded: the backplane does not answer; serving this node's own clients only\n",
     )
         .into_response()
 }
 
-async fn handle(executor: &Executor, request: Request) -> Result<Response, RestError> {
+async fn handle(rest: &Rest, request: Request) -> Result<Response, RestError> {
     let (parts, body) = request.into_parts();
     let segments = routes::segments(parts.uri.path())?;
     match routes::resolve(&segments, &parts.method)? {
-        Operation::Health => Ok(health(executor)),
+        Operation::Health => Ok(health(&rest.cluster)),
         Operation::OpenApi => Ok((
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -99,14 +108,14 @@ async fn handle(executor: &Executor, request: Request) -> Result<Response, RestE
         )
             .into_response()),
         Operation::Hub { api, hub, op } => {
-            let token = authorize(executor, &parts, api)?;
-            executor
-                .throttle()
-                .rest(token.signed_with, executor.metrics())
+            let token = authorize(&rest.shared, &parts, api)?;
+            rest.shared
+                .throttle
+                .rest(token.signed_with, &rest.shared.metrics)
                 .map_err(RestError::Throttled)?;
             let query = Query::parse(&parts.uri);
             let hub = HubName::new(&hub, query.get("application"))?;
-            ops::execute(executor, api, &hub, op, &parts, &query, body).await
+            ops::execute(rest, api, &hub, op, &parts, &query, body).await
         }
     }
 }
@@ -114,7 +123,7 @@ async fn handle(executor: &Executor, request: Request) -> Result<Response, RestE
 /// Checks the `Authorization: Bearer` token (header only) against this request's URL. User,
 /// group and connection names in the path compare exactly (a token for user `alice` does not
 /// send to `ALICE`), and a request naming an `application` needs a token naming it too.
-fn authorize(executor: &Executor, parts: &Parts, api: Api) -> Result<VerifiedToken, RestError> {
+fn authorize(shared: &Shared, parts: &Parts, api: Api) -> Result<VerifiedToken, RestError> {
     let token = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -134,8 +143,8 @@ fn authorize(executor: &Executor, parts: &Parts, api: Api) -> Result<VerifiedTok
     let strict = Strictness {
         exact_segments: &names,
     };
-    executor
-        .auth()
+    shared
+        .auth
         .authenticate(Some(token), parts.uri.path(), parts.uri.query(), &strict)
         .map_err(|e| RestError::Unauthorized(e.to_string()))
 }

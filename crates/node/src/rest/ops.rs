@@ -12,6 +12,7 @@ use switchyard_core::{ConnectionId, GroupName, HubName, Target, UserId};
 use super::body::{self, SendBody};
 use super::error::RestError;
 use super::routes::{Api, Op, Recipient};
+use super::Rest;
 use crate::command::{Check, Command};
 use crate::executor::Executor;
 use crate::http::Query;
@@ -21,7 +22,7 @@ const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 200;
 
 pub(crate) async fn execute(
-    executor: &Executor,
+    rest: &Rest,
     api: Api,
     hub: &HubName,
     op: Op,
@@ -29,6 +30,7 @@ pub(crate) async fn execute(
     query: &Query,
     body: Body,
 ) -> Result<Response, RestError> {
+    let executor = &*rest.executor;
     let v1 = matches!(api, Api::V1 | Api::V1Preview);
     // Success codes by API family: (2022-06-01, v1).
     let by_api = |current: StatusCode, older: StatusCode| if v1 { older } else { current };
@@ -41,47 +43,11 @@ pub(crate) async fn execute(
     };
     match op {
         Op::Send(recipient) => {
-            let target = send_target(&recipient, query)?;
-            let config = executor.config();
-            let limit = config.limits.max_request_body_size;
-            let waited = config.timeouts.request_body_timeout;
-            let read = body::read(&parts.headers, body, limit);
-            let read = tokio::time::timeout(waited, read)
-                .await
-                .map_err(|_| RestError::BodyTimeout(waited))??;
-            let command = match read {
-                SendBody::Invocation {
-                    target: method,
-                    arguments,
-                } => Command::Send {
-                    payloads: executor.encode_invocation(hub, &method, &arguments),
-                    target,
-                },
-                SendBody::Payloads(payloads) => Command::send_named(target, payloads),
-            };
+            let command = send_command(rest, hub, &recipient, parts, query, body).await?;
             apply(command).await?;
             Ok(status(StatusCode::ACCEPTED))
         }
-        Op::Close(recipient) => {
-            let reason = query
-                .get("reason")
-                .filter(|r| !r.is_empty())
-                .map(str::to_string);
-            let excluded = excluded(query)?;
-            let (target, single) = close_target(&recipient, excluded.clone())?;
-            let command = Command::Close {
-                target,
-                excluded,
-                reason,
-            };
-            // Closing a connection that is gone is already done.
-            let _ = executor.execute(hub, command).await;
-            Ok(status(match (single, v1) {
-                (true, false) => StatusCode::OK,
-                (true, true) => StatusCode::ACCEPTED,
-                (false, _) => StatusCode::NO_CONTENT,
-            }))
-        }
+        Op::Close(recipient) => close(executor, hub, &recipient, query, v1).await,
         Op::ConnectionExists(connection) => {
             apply(Check::connection(&connection)?).await?;
             Ok(status(StatusCode::OK))
@@ -135,6 +101,63 @@ pub(crate) async fn execute(
 
 fn status(code: StatusCode) -> Response {
     code.into_response()
+}
+
+/// The send a request asks for: its body read (within the size and time limits) and, for an
+/// invocation, encoded for the protocols the hub's connections use.
+async fn send_command(
+    rest: &Rest,
+    hub: &HubName,
+    recipient: &Recipient,
+    parts: &Parts,
+    query: &Query,
+    body: Body,
+) -> Result<Command, RestError> {
+    let target = send_target(recipient, query)?;
+    let config = &rest.shared.config;
+    let limit = config.limits.max_request_body_size;
+    let waited = config.timeouts.request_body_timeout;
+    let read = body::read(&parts.headers, body, limit);
+    let read = tokio::time::timeout(waited, read)
+        .await
+        .map_err(|_| RestError::BodyTimeout(waited))??;
+    Ok(match read {
+        SendBody::Invocation {
+            target: method,
+            arguments,
+        } => Command::Send {
+            payloads: rest.executor.encode_invocation(hub, &method, &arguments),
+            target,
+        },
+        SendBody::Payloads(payloads) => Command::send_named(target, payloads),
+    })
+}
+
+/// Closes what the request names; a connection that is gone is closed already.
+async fn close(
+    executor: &Executor,
+    hub: &HubName,
+    recipient: &Recipient,
+    query: &Query,
+    v1: bool,
+) -> Result<Response, RestError> {
+    let reason = query
+        .get("reason")
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
+    let excluded = excluded(query)?;
+    let (target, single) = close_target(recipient, excluded.clone())?;
+    let command = Command::Close {
+        target,
+        excluded,
+        reason,
+    };
+    let _ = executor.execute(hub, command).await;
+    Ok(status(match (single, v1) {
+        (true, false) => StatusCode::OK,
+        (true, true) => StatusCode::ACCEPTED,
+        (false, _) => StatusCode::NO_CONTENT,
+    }))
 }
 
 /// `excluded` connection ids (repeatable). Empty values are skipped; others must be valid ids.

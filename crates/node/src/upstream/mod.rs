@@ -25,15 +25,15 @@
 //! # Layout
 //! - here: [`Upstream`], and [`UpstreamClient`], the narrow view of a client it works with
 //!   (templates are parsed with the config: `crate::config::Templates`).
-//! - `connection`: a client's header values and its queue.
+//! - `client_state`: a client's header values and its queue.
 //! - `request`: the shared HTTP client and one bounded POST.
 //! - `reply`: an invocation's answer as a frame for the client.
 
-mod connection;
+mod client_state;
 mod reply;
 mod request;
 
-pub(crate) use connection::ClientUpstream;
+pub(crate) use client_state::ClientUpstream;
 
 use std::sync::Arc;
 
@@ -45,9 +45,9 @@ use switchyard_hub_protocol::{message_type, Format, Peek};
 use switchyard_router::{Connection, Hub, TrafficTotals};
 
 use crate::config::{Templates, ValidConfig};
+use crate::live_trace::{TraceEvent, Tracer};
 use crate::metrics::{Metrics, UpstreamLabel};
-use crate::trace::{TraceEvent, Tracer};
-use connection::{Event, Pushed, Queued};
+use client_state::{Event, Pushed, Queued};
 use request::{header, Answer, Failure, Sender};
 
 pub(crate) const CONNECTIONS: &str = "connections";

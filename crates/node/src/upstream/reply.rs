@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use switchyard_hub_protocol::{encode_completion, peek, CompletionResult, Format, FrameSplitter};
+use switchyard_hub_protocol::{
+    encode_completion, message_type, peek, CompletionResult, Format, FrameSplitter,
+};
 
 use super::request::{Answer, Failure};
-
-const TYPE_COMPLETION: u8 = 3;
 
 /// The frame for the client, and the outcome label for metrics.
 pub(crate) fn completion(
@@ -68,7 +68,7 @@ fn is_completion_frame(format: Format, invocation_id: &str, body: &Bytes, max: u
         return false;
     }
     peek(format, frame.body()).is_ok_and(|message| {
-        message.message_type == TYPE_COMPLETION
+        message.message_type == message_type::COMPLETION
             && message.invocation_id.as_deref() == Some(invocation_id)
     })
 }

@@ -189,3 +189,31 @@ async fn garbage_non_array_body_closes_the_connection() {
         "got {seen:?}"
     );
 }
+
+/// Found by the `app_server_session` fuzz target: a first message that breaks the framing
+/// ended the session before its queue was written, so the app server got the ServiceError
+/// (or only the close) without its handshake response. Many times, as it was a race.
+#[tokio::test]
+async fn a_bad_first_message_still_gets_the_handshake_response_first() {
+    let server = TestServer::start().await;
+    let token = server.server_token("chat", "s1");
+    for round in 0..20 {
+        let mut app = AppServer::new(
+            dial(&server, "chat", Some(&token), Some("s1"))
+                .await
+                .unwrap(),
+        );
+        app.send(handshake_request(0)).await;
+        // A six-byte length prefix: the service protocol allows five.
+        app.send_bytes(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]).await;
+        let seen = app.until_closed().await;
+        match seen.first() {
+            Some(ServiceMessage::HandshakeResponse(r)) => assert_eq!(r.error_message, ""),
+            other => panic!("round {round}: the handshake response first, got {other:?}"),
+        }
+        assert!(
+            matches!(seen.get(1), Some(ServiceMessage::ServiceError(_))),
+            "round {round}: then the framing error: {seen:?}"
+        );
+    }
+}
