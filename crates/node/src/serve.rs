@@ -129,25 +129,31 @@ pub async fn serve_listeners(
             .await
         })
     });
-    let (tls, certificate_watch) = match config.tls_key() {
+    let hangup = tls::hangup_signal();
+    let (tls, hangups) = match config.tls_key() {
         Some(key) => {
             let certificates = tls::Certificates::new(key.clone());
-            let paths = config.tls.cert.clone().zip(config.tls.key.clone());
-            let watch = paths.map(|(cert, key)| {
-                tokio::spawn(tls::watch(
-                    certificates.clone(),
-                    cert,
-                    key,
-                    config.tls.reload_interval,
-                    node.metrics.clone(),
-                ))
-            });
-            (Some(certificates.acceptor()), watch)
+            match config.tls.cert.clone().zip(config.tls.key.clone()) {
+                Some((cert, key)) => {
+                    let watch = tokio::spawn(tls::watch(
+                        certificates.clone(),
+                        cert,
+                        key,
+                        config.tls.reload_interval,
+                        node.metrics.clone(),
+                        hangup,
+                    ));
+                    (Some(certificates.acceptor()), watch)
+                }
+                None => (
+                    Some(certificates.acceptor()),
+                    tokio::spawn(tls::ignore_hangups(hangup)),
+                ),
+            }
         }
-        None => (None, None),
+        // SIGHUP reloads the certificate files; without them it is only logged.
+        None => (None, tokio::spawn(tls::ignore_hangups(hangup))),
     };
-    // SIGHUP reloads the certificate files; without them it is only logged.
-    let hangups = certificate_watch.unwrap_or_else(|| tokio::spawn(tls::ignore_hangups()));
     let closing = node.clone();
     let result = listener::run(
         listener,

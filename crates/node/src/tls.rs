@@ -102,16 +102,16 @@ fn stamp(path: &Path) -> Stamp {
 }
 
 /// The files behind [`Certificates`], reloaded when they change (checked every `interval`)
-/// and on SIGHUP. Runs until dropped.
+/// and on `hangup` (SIGHUP). Runs until dropped.
 pub(crate) async fn watch(
     certificates: Arc<Certificates>,
     cert: PathBuf,
     key: PathBuf,
     interval: Duration,
     metrics: Arc<Metrics>,
+    mut hangup: Hangup,
 ) {
     let mut seen = (stamp(&cert), stamp(&key));
-    let mut hangup = hangup_signal();
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -148,8 +148,7 @@ pub(crate) async fn watch(
 /// Without certificate files to reload, a SIGHUP (systemd's reload, a terminal that closed)
 /// must not end the service, as it would by default: it is logged and otherwise ignored.
 /// Runs until dropped.
-pub(crate) async fn ignore_hangups() {
-    let mut hangup = hangup_signal();
+pub(crate) async fn ignore_hangups(mut hangup: Hangup) {
     loop {
         next_hangup(&mut hangup).await;
         tracing::info!("SIGHUP: nothing to reload (no TLS certificate files)");
@@ -157,12 +156,14 @@ pub(crate) async fn ignore_hangups() {
 }
 
 #[cfg(unix)]
-type Hangup = Option<tokio::signal::unix::Signal>;
+pub(crate) type Hangup = Option<tokio::signal::unix::Signal>;
 #[cfg(not(unix))]
-type Hangup = ();
+pub(crate) type Hangup = ();
 
+/// Takes SIGHUP over from its default (ending the process). Called before the listener
+/// announces itself, so that no SIGHUP after that can end the service.
 #[cfg(unix)]
-fn hangup_signal() -> Hangup {
+pub(crate) fn hangup_signal() -> Hangup {
     use tokio::signal::unix::{signal, SignalKind};
     signal(SignalKind::hangup())
         .map_err(
@@ -172,7 +173,7 @@ fn hangup_signal() -> Hangup {
 }
 
 #[cfg(not(unix))]
-fn hangup_signal() -> Hangup {}
+pub(crate) fn hangup_signal() -> Hangup {}
 
 #[cfg(unix)]
 async fn next_hangup(hangup: &mut Hangup) {

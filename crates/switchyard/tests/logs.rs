@@ -418,3 +418,33 @@ fn message_logs_are_opt_in_and_never_carry_the_payload() {
     served.drain(Duration::from_millis(300));
     assert!(served.seen.iter().all(|l| !l.contains("SECRET")));
 }
+
+/// A SIGHUP (systemd's reload, a closed terminal) ends a process by default; without TLS
+/// files to reload, the service logs it and keeps serving. A build without the handler dies
+/// on the signal, and the health check after it fails.
+#[cfg(unix)]
+#[test]
+fn a_hangup_without_tls_files_is_logged_and_survived() {
+    let mut served = Served::start(&["--log-format", "json"]);
+    let port = served.port.to_string();
+    // Health answers once the listener runs, which is after the handler is in place.
+    assert!(common::health(&port).starts_with("HTTP/1.1 200"));
+    for _ in 0..2 {
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &served.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        served.wait_json("SIGHUP: nothing to reload", |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("SIGHUP: nothing to reload"))
+        });
+        served.seen.clear();
+    }
+    assert!(
+        served.child.try_wait().unwrap().is_none(),
+        "the service exited"
+    );
+    assert!(common::health(&port).starts_with("HTTP/1.1 200"));
+}
