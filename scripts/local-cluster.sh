@@ -83,7 +83,7 @@ fi
 upstreams=()
 for i in $(seq "$nodes"); do
   address="127.0.0.1:$((node_port + i - 1))"
-  "$bin" serve --listen "$address" --redis "$REDIS_URL" --node-id "n$i" \
+  "$bin" serve --listen "$address" --backplane "$REDIS_URL" --node-id "n$i" \
     --public-endpoint "http://127.0.0.1:$port" >"$dir/n$i.out" 2>"$dir/n$i.log" &
   pids+=($!)
   upstreams+=("$address")

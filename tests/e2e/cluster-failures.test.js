@@ -1,5 +1,5 @@
 'use strict';
-// A cluster in Default mode losing its parts: three `switchyard serve --redis` nodes, one real
+// A cluster in Default mode losing its parts: three `switchyard serve --backplane` nodes, one real
 // redis-server, nginx round-robin in front, a real `switchyard-bench app-server` that knows
 // only the balancer, and the official @microsoft/signalr client with automatic reconnect. Each
 // failure is injected for real (SIGKILL, SIGTERM, SIGSTOP/SIGCONT, a Redis restart) and what

@@ -1,5 +1,5 @@
 'use strict';
-// The cluster through a load balancer: three `switchyard serve --redis` nodes, one real
+// The cluster through a load balancer: three `switchyard serve --backplane` nodes, one real
 // redis-server, and nginx balancing round-robin WITHOUT sticky sessions in front. The
 // single-node cases run again with every URL pointing at nginx, so a client's negotiate, its
 // transport requests, the REST calls and the other clients land on whichever node nginx picks:

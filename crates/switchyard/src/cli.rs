@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use switchyard_auth::{client_audience, TokenBuilder};
-use switchyard_backplane_redis::{RedisBackplane, RedisSettings};
 use switchyard_node::{Node, ValidConfig};
 
-use crate::settings;
+use crate::{backplane, settings};
 
 /// A line on stdout from a running service, where a closed or full stdout (a pipe whose
 /// reader left) must not stop it, as `println!` would by panicking.
@@ -99,11 +98,12 @@ struct SettingsArgs {
     /// serverless [default: auto].
     #[arg(long)]
     mode: Option<String>,
-    /// Join a cluster through this Redis: redis://[user:password@]host:port or rediss://, or
-    /// a Redis Cluster: redis-cluster://host:port,host:port,… or rediss-cluster://
-    /// (also SWITCHYARD_CLUSTER_REDIS) [default: none, one node].
-    #[arg(long, value_name = "URL")]
-    redis: Option<String>,
+    /// Join a cluster through this backplane; the scheme picks it. Redis:
+    /// redis://[user:password@]host:port or rediss://; a Redis Cluster:
+    /// redis-cluster://host:port,host:port,… or rediss-cluster:// (also
+    /// SWITCHYARD_CLUSTER_BACKPLANE; --redis is its earlier name) [default: none, one node].
+    #[arg(long, visible_alias = "redis", value_name = "URL")]
+    backplane: Option<String>,
     /// This node's name in the cluster [default: generated].
     #[arg(long)]
     node_id: Option<String>,
@@ -212,7 +212,7 @@ fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
         ("tls.cert", &args.tls_cert),
         ("tls.key", &args.tls_key),
         ("mode", &args.mode),
-        ("cluster.redis", &args.redis),
+        ("cluster.backplane", &args.backplane),
         ("cluster.node_id", &args.node_id),
         ("cluster.internal_url", &args.internal_url),
     ] {
@@ -297,28 +297,20 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         let endpoint = config.endpoint(bound);
-        let node: Arc<Node> = match &config.cluster.redis {
+        let node: Arc<Node> = match &config.cluster.backplane {
             None => Node::new(config.clone()),
             Some(url) => {
-                let mut settings = RedisSettings::new(url.clone());
-                settings.prefix = config.cluster.prefix.clone();
-                let backplane = RedisBackplane::connect(settings)
-                    .await
-                    .map_err(|e| e.to_string())?;
                 let node_id = config
                     .cluster
                     .node_id
                     .clone()
                     .unwrap_or_else(|| format!("node-{:08x}", rand::random::<u32>()));
-                status!(
-                    "Cluster: node {node_id} on {}",
-                    switchyard_backplane_redis::redact(url)
-                );
-                let node = Node::with_backplane(config.clone(), backplane, node_id.clone());
+                status!("Cluster: node {node_id} on {}", backplane::redact(url));
+                let node = backplane::join(&config, url, node_id.clone()).await?;
                 if node.cluster().id_in_use_elsewhere().await {
                     return Err(format!(
                         "node id {node_id:?} is already used by another node of this cluster \
-                         (same Redis and cluster.prefix): give every node its own --node-id"
+                         (same backplane and cluster.prefix): give every node its own --node-id"
                     ));
                 }
                 node

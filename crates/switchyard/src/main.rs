@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - `cli`: commands and flags (`serve`, `token`, `upstream init`, `capacity`).
+//! - `backplane`: the one match from `cluster.backplane`'s scheme to a backend crate.
 //! - `capacity`: `switchyard capacity`, the capacity planner (loads, Azure units, bench reports).
 //! - `settings`: the config tree assembled from defaults, the TOML file, `SWITCHYARD_*`
 //!   variables and flags, in that order of precedence (later wins).
@@ -9,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+mod backplane;
 mod capacity;
 mod cli;
 mod settings;

@@ -15,7 +15,7 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "secondary_access_key",
     "public_endpoint",
     "admin_listen",
-    "cluster.redis",
+    "cluster.backplane",
     "cluster.node_id",
     "cluster.internal_url",
     "tls.cert",
@@ -27,6 +27,40 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
 /// Lists whose default is "unset" (a meaning of its own), so they do not appear in the
 /// serialized defaults either.
 const OPTIONAL_LIST_KEYS: &[&str] = &["cors.allowed_origins"];
+
+/// Earlier names of settings (earlier name, name), still read from the file, variables and
+/// flags.
+const RENAMED_KEYS: &[(&str, &str)] = &[("cluster.redis", "cluster.backplane")];
+
+/// The current name of `key`.
+fn renamed(key: &str) -> &str {
+    RENAMED_KEYS
+        .iter()
+        .find(|(earlier, _)| *earlier == key)
+        .map_or(key, |(_, name)| name)
+}
+
+/// Moves a file's settings under earlier names to their names; both at once is an error.
+fn rename_in_file(table: &mut Table, origin: &str) -> Result<(), String> {
+    for (earlier, name) in RENAMED_KEYS {
+        let (section, old_leaf) = earlier.rsplit_once('.').expect("renamed keys are dotted");
+        let (_, new_leaf) = name.rsplit_once('.').expect("renamed keys are dotted");
+        let Some(Value::Table(section)) = table.get_mut(section) else {
+            continue;
+        };
+        let Some(value) = section.remove(old_leaf) else {
+            continue;
+        };
+        if section.contains_key(new_leaf) {
+            return Err(format!(
+                "config file {origin}: both {earlier} and {name} are set; {earlier} is the \
+                 earlier name of {name}: keep one"
+            ));
+        }
+        section.insert(new_leaf.to_string(), value);
+    }
+    Ok(())
+}
 
 /// Lists of tables: one line of text cannot express them, so only the file sets them.
 const FILE_ONLY_KEYS: &[(&str, &str)] = &[("upstream.templates", "[[upstream.templates]]")];
@@ -132,7 +166,14 @@ pub fn assemble(
             .map_err(|e| format!("config file {origin}: {e}"))?,
         None => Table::new(),
     };
-    let by_env: BTreeMap<String, &String> = known.keys().map(|k| (env_name(k), k)).collect();
+    if let Some((_, origin)) = file {
+        rename_in_file(&mut table, origin)?;
+    }
+    let mut by_env: BTreeMap<String, &str> =
+        known.keys().map(|k| (env_name(k), k.as_str())).collect();
+    for (earlier, name) in RENAMED_KEYS {
+        by_env.insert(env_name(earlier), name);
+    }
     let mut env: Vec<(String, String)> = env
         .into_iter()
         .filter(|(name, _)| name.starts_with("SWITCHYARD_"))
@@ -158,6 +199,7 @@ pub fn assemble(
         set_path(&mut table, key, value);
     }
     for (key, text) in overrides {
+        let key = renamed(key);
         let Some(default) = known.get(key) else {
             return Err(format!(
                 "unknown setting '{key}'; known settings: {}",
@@ -172,7 +214,11 @@ pub fn assemble(
     let config: Config = Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| format!("{origin}: {}", e.message()))?;
-    config.validate().map_err(|e| e.to_string())
+    let config = config.validate().map_err(|e| e.to_string())?;
+    if let Some(url) = &config.cluster.backplane {
+        crate::backplane::Kind::of(url)?;
+    }
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -263,6 +309,49 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    /// `cluster.redis` is `cluster.backplane`'s earlier name: the file, its variable and
+    /// `--set` still take it; the scheme is checked against the backends this build has.
+    #[test]
+    fn the_backplane_under_its_earlier_name_and_unknown_schemes() {
+        let url = |config: &ValidConfig| config.cluster.backplane.clone();
+        let file = "[cluster]\nredis = \"redis://h:1\"\n";
+        let config = assemble(Some((file, "a.toml")), env(&[]), &[]).unwrap();
+        assert_eq!(url(&config).as_deref(), Some("redis://h:1"));
+        // A variable under the new name overrides the file's earlier name.
+        let config = assemble(
+            Some((file, "a.toml")),
+            env(&[("SWITCHYARD_CLUSTER_BACKPLANE", "redis://h:2")]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(url(&config).as_deref(), Some("redis://h:2"));
+        let config = assemble(
+            None,
+            env(&[("SWITCHYARD_CLUSTER_REDIS", "redis://h:3")]),
+            &[],
+        );
+        assert_eq!(url(&config.unwrap()).as_deref(), Some("redis://h:3"));
+        let config = assemble(
+            None,
+            env(&[]),
+            &[("cluster.redis".into(), "redis-cluster://h:4".into())],
+        );
+        assert_eq!(
+            url(&config.unwrap()).as_deref(),
+            Some("redis-cluster://h:4")
+        );
+        let both = "[cluster]\nredis = \"redis://h:1\"\nbackplane = \"redis://h:2\"\n";
+        let err = assemble(Some((both, "b.toml")), env(&[]), &[]).unwrap_err();
+        assert!(err.contains("b.toml") && err.contains("keep one"), "{err}");
+        let err = assemble(
+            None,
+            env(&[("SWITCHYARD_CLUSTER_BACKPLANE", "nats://u:secret@h:4222")]),
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.contains("\"nats\"") && !err.contains("secret"), "{err}");
     }
 
     #[test]

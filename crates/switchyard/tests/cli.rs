@@ -308,7 +308,18 @@ fn cluster_start_errors_are_clear() {
     fails_with(
         &["serve", "--listen", "127.0.0.1:0", "--redis", "http://x"],
         &[],
-        "must be a redis://, rediss://",
+        "no backplane for the scheme \"http\"",
+    );
+    fails_with(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--backplane",
+            "redis:/x",
+        ],
+        &[],
+        "cluster.backplane must be a URL",
     );
     fails_with(
         &[
@@ -341,7 +352,7 @@ fn cluster_start_errors_are_clear() {
     let redis = switchyard_testkit::RedisServer::start();
     let mut first = binary()
         .args(["serve", "--listen", "127.0.0.1:0", "--node-id", "twin"])
-        .args(["--redis", &redis.url()])
+        .args(["--backplane", &redis.url()])
         .env("SWITCHYARD_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

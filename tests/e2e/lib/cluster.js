@@ -1,5 +1,5 @@
 'use strict';
-// A cluster on one machine for the tests: a real redis-server, N `switchyard serve --redis`
+// A cluster on one machine for the tests: a real redis-server, N `switchyard serve --backplane`
 // nodes, and a real nginx in front of them that balances round-robin with no sticky sessions.
 // Every process listens on 127.0.0.1, on a free port, and is stopped by stop().
 
@@ -228,7 +228,7 @@ async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = f
     const nodes = [];
     for (let i = 1; i <= count; i += 1) {
       const node = await startService([
-        '--redis', redis.url,
+        '--backplane', redis.url,
         '--node-id', `n${i}`,
         '--public-endpoint', lbUrl,
         ...extraArgs,

@@ -351,15 +351,18 @@ impl StatefulReconnect {
     }
 }
 
-/// A cluster of equal nodes that share routing through Redis. Without `redis` the node is
-/// alone (the in-memory backplane) and the other settings are ignored.
+/// A cluster of equal nodes that share routing through a backplane. Without `backplane` the
+/// node is alone (the in-memory backplane) and the other settings are ignored.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default, rename_all = "snake_case")]
 pub struct Cluster {
-    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS; a Redis Cluster
-    /// (sharded pub/sub) as `redis-cluster://[user:password@]host:port,host:port,…` (seed
-    /// nodes), or `rediss-cluster://` for TLS. Unset: one node.
-    pub redis: Option<String>,
+    /// The backplane's URL; its scheme picks the backend, which the binary knows (the node
+    /// names none). Redis: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS;
+    /// a Redis Cluster (sharded pub/sub) as `redis-cluster://[user:password@]host:port,…`
+    /// (seed nodes), or `rediss-cluster://` for TLS. `redis` is its earlier name, still read.
+    /// Unset: one node.
+    #[serde(alias = "redis")]
+    pub backplane: Option<String>,
     /// This node's name in the cluster: letters, digits, `-`, `_`, `.`; at most 64.
     /// Default: generated at start.
     pub node_id: Option<String>,
@@ -384,7 +387,7 @@ pub struct Cluster {
 impl Default for Cluster {
     fn default() -> Self {
         Cluster {
-            redis: None,
+            backplane: None,
             node_id: None,
             prefix: "sy".into(),
             ask_timeout: Duration::from_secs(2),
@@ -447,17 +450,23 @@ impl Cluster {
                 ));
             }
         }
-        const SCHEMES: [&str; 4] = [
-            "redis://",
-            "rediss://",
-            "redis-cluster://",
-            "rediss-cluster://",
-        ];
-        if let Some(url) = &self.redis {
-            if !SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
+        if let Some(url) = &self.backplane {
+            // Only the shape: which schemes exist is the binary's to say. The URL itself is
+            // not echoed, as it may carry a password.
+            let scheme_ok = url.split_once("://").is_some_and(|(scheme, rest)| {
+                scheme
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic())
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+                    && !rest.is_empty()
+            });
+            if !scheme_ok {
                 return Err(
-                    "cluster.redis must be a redis://, rediss://, redis-cluster:// or \
-                     rediss-cluster:// URL"
+                    "cluster.backplane must be a URL whose scheme names the backplane, \
+                     e.g. redis://host:6379"
                         .to_string(),
                 );
             }
@@ -1071,27 +1080,45 @@ mod humantime_serde {
 mod cluster_config_tests {
     use super::Cluster;
 
-    fn with_redis(url: &str) -> Result<(), String> {
+    fn with_backplane(url: &str) -> Result<(), String> {
         Cluster {
-            redis: Some(url.to_string()),
+            backplane: Some(url.to_string()),
             ..Cluster::default()
         }
         .validate()
     }
 
+    /// The node checks the URL's shape only; which schemes exist is the binary's to say
+    /// (crates/switchyard/src/backplane.rs), so a new backend needs no change here.
     #[test]
-    fn redis_urls_of_one_redis_or_a_cluster_are_accepted() {
+    fn any_scheme_is_the_binarys_to_judge_but_the_shape_is_checked() {
         for url in [
             "redis://127.0.0.1:6379",
             "rediss://h:6380",
             "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
             "rediss-cluster://u:p@h1:7000,h2:7000",
+            "nats://h:4222",
         ] {
-            assert_eq!(with_redis(url), Ok(()), "{url}");
+            assert_eq!(with_backplane(url), Ok(()), "{url}");
         }
-        for url in ["http://h:1", "127.0.0.1:6379", "redis+cluster://h:1"] {
-            let error = with_redis(url).unwrap_err();
-            assert!(error.contains("redis-cluster://"), "{url}: {error}");
+        for url in [
+            "127.0.0.1:6379",
+            "://h:1",
+            "redis://",
+            "1redis://h",
+            "re dis://h",
+        ] {
+            let error = with_backplane(url).unwrap_err();
+            assert!(error.contains("cluster.backplane"), "{url}: {error}");
         }
+        let error = with_backplane("redis//:secret@h").unwrap_err();
+        assert!(!error.contains("secret"), "{error}");
+    }
+
+    /// `redis` is the setting's earlier name, and files written for it still load.
+    #[test]
+    fn the_earlier_name_still_reads() {
+        let cluster: Cluster = serde_json::from_str(r#"{"redis": "redis://h:6379"}"#).unwrap();
+        assert_eq!(cluster.backplane.as_deref(), Some("redis://h:6379"));
     }
 }
