@@ -7,8 +7,9 @@
 //! The knob picks the connection type (bits 0–1: Default, OnDemand, Weak, and Weak on a
 //! serverless node), whether the handshake allows stateful reconnects (bit 2) and client
 //! migration (bit 3), a client of the hub that has negotiated and connected, routed to this
-//! app server (bit 4: `{client-connection-id}` in the payload is its id, so commands can name it), a 64-byte
-//! message limit (bit 5), and the size of the third run's small pieces (bits 6–7). The
+//! app server (bit 4: `{client-connection-id}` in the payload is its id where it is a string
+//! of a service message, so commands can name it), a 64-byte message limit (bit 5), and the
+//! size of the third run's small pieces (bits 6–7). The
 //! payload goes as one binary WebSocket message, as two cut at the cut, and in small pieces,
 //! each on a fresh node, followed by an echo ping as the fence. All three must agree: the
 //! same replies to the app server (keep-alive pings aside) and the same bytes to the client
@@ -286,14 +287,8 @@ async fn session(node: &Arc<Node>, setup: &Setup, payload: &[u8], pieces: Pieces
     if let Some(id) = &id {
         assert_eq!(id.len(), PLACEHOLDER.len(), "the placeholder's length");
     }
-    // Only where it is a MessagePack string (0xb6: 22 bytes follow): elsewhere the random id's
-    // bytes could be read as a length prefix, and each run's node would see other bytes.
     let payload = match &id {
-        Some(id) => replace(
-            payload,
-            &[b"\xb6", PLACEHOLDER.as_bytes()].concat(),
-            &[b"\xb6", id.as_bytes()].concat(),
-        ),
+        Some(id) => with_client_id(payload, id),
         None => payload.to_vec(),
     };
     let chunks = pieces.cut(&payload);
@@ -347,6 +342,98 @@ fn without_instance(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// `payload` with `id` in place of each placeholder that is a whole MessagePack string value
+/// (0xb6 and its 22 bytes) in the body of a service-protocol frame that decodes as MessagePack
+/// to its end, so that the three runs' nodes, each with its own random id, see the same frames
+/// and the same MessagePack structure. Elsewhere the id's bytes would be read as something
+/// else. Looking for the 0xb6 in front was not enough: the 0xb6 may be a byte of binary data or
+/// of a string, and the placeholder run past the end of it and of its frame, so that one of its
+/// characters is the next frame's length prefix (`regressions/app_server_session/crash-02be…`:
+/// its closing `}`, a 125-byte frame, became the id's last character, one of `A`, `Q`, `g`, `w`:
+/// a 65- to 119-byte frame, which the bytes after it, with the fence, completed in one run
+/// (a decode error) and not in another (the 30 s silence); `crash-6913…` and `crash-c6db…` the
+/// same with the id's 12th and 3rd character). The frames are read as the node reads them: over
+/// the payload and the fence that follows it.
+fn with_client_id(payload: &[u8], id: &str) -> Vec<u8> {
+    let fence = encoded(&ServiceMessage::Ping(Ping::new(&[("echo", FENCE)])));
+    let mut buffer = BytesMut::from([payload, &fence[..]].concat().as_slice());
+    let total = buffer.len();
+    let reader = FrameReader::new(usize::MAX);
+    let mut out = payload.to_vec();
+    while let Ok(Some(body)) = reader.next_body(&mut buffer) {
+        // Where this body starts in the payload.
+        let start = total - buffer.len() - body.len();
+        let mut strings = Vec::new();
+        if msgpack_value(&body, 0, 0, &mut strings) != Some(body.len()) {
+            continue;
+        }
+        for at in strings {
+            let at = start + at + 1;
+            if at + PLACEHOLDER.len() <= payload.len() {
+                out[at..at + PLACEHOLDER.len()].copy_from_slice(id.as_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Walks the MessagePack value at `at` in `body`: where it ends (`None` if it does not decode
+/// or nests deeper than 32), with the offset of each placeholder string in it added to `strings`.
+fn msgpack_value(body: &[u8], at: usize, depth: usize, strings: &mut Vec<usize>) -> Option<usize> {
+    let marker = *body.get(at)?;
+    // The big-endian number of `n` bytes after the marker.
+    let number = |n: usize| -> Option<usize> {
+        let bytes = body.get(at + 1..at + 1 + n)?;
+        Some(bytes.iter().fold(0usize, |v, &b| (v << 8) | usize::from(b)))
+    };
+    // The bytes after the marker (a length and the data, or a container's count), and for a
+    // container the number of values in it.
+    let (skip, items) = match marker {
+        0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => return Some(at + 1),
+        0x80..=0x8f => (0, Some(2 * usize::from(marker & 0x0f))),
+        0x90..=0x9f => (0, Some(usize::from(marker & 0x0f))),
+        0xa0..=0xbf => {
+            let len = usize::from(marker & 0x1f);
+            let end = at + 1 + len;
+            if end > body.len() {
+                return None;
+            }
+            if marker == 0xb6 && &body[at + 1..end] == PLACEHOLDER.as_bytes() {
+                strings.push(at);
+            }
+            return Some(end);
+        }
+        0xc4 | 0xd9 => (1 + number(1)?, None),
+        0xc5 | 0xda => (2 + number(2)?, None),
+        0xc6 | 0xdb => (4 + number(4)?, None),
+        0xc7 => (2 + number(1)?, None),
+        0xc8 => (3 + number(2)?, None),
+        0xc9 => (5 + number(4)?, None),
+        0xca => (4, None),
+        0xcb => (8, None),
+        0xcc..=0xcf => (1 << (marker - 0xcc), None),
+        0xd0..=0xd3 => (1 << (marker - 0xd0), None),
+        0xd4..=0xd8 => (1 + (1 << (marker - 0xd4)), None),
+        0xdc => (2, Some(number(2)?)),
+        0xdd => (4, Some(number(4)?)),
+        0xde => (2, Some(number(2)?.saturating_mul(2))),
+        0xdf => (4, Some(number(4)?.saturating_mul(2))),
+        0xc1 => return None,
+    };
+    let mut end = at.checked_add(1 + skip)?;
+    match items {
+        None => (end <= body.len()).then_some(end),
+        Some(_) if depth >= 32 => None,
+        Some(items) => {
+            for _ in 0..items {
+                // Every item takes a byte at least: a count beyond the body ends at its end.
+                end = msgpack_value(body, end, depth + 1, strings)?;
+            }
+            Some(end)
+        }
+    }
 }
 
 fn replace(haystack: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
@@ -432,5 +519,43 @@ pub fn check(data: &[u8]) {
                 "whole vs {name}: replies before the error"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0123456789abcdefghijkl";
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        [&[u8::try_from(body.len()).expect("a short body")], body].concat()
+    }
+
+    #[test]
+    fn the_placeholder_is_replaced_where_it_is_a_string_value() {
+        // ConnectionData [6, connectionId, payload], twice.
+        let body = [b"\x93\x06\xb6", PLACEHOLDER.as_bytes(), b"\xc4\x01x"].concat();
+        let payload = [framed(&body), framed(&body)].concat();
+        let expected = [b"\x93\x06\xb6", ID.as_bytes(), b"\xc4\x01x"].concat();
+        let expected = [framed(&expected), framed(&expected)].concat();
+        assert_eq!(with_client_id(&payload, ID), expected);
+    }
+
+    #[test]
+    fn the_placeholder_is_kept_elsewhere() {
+        // In binary data.
+        let body = [b"\x93\x06\xa1x\xc4\x17\xb6", PLACEHOLDER.as_bytes()].concat();
+        let payload = framed(&body);
+        assert_eq!(with_client_id(&payload, ID), payload);
+        // Cut by the end of the frame: its `}` is the next frame's length prefix (the
+        // regression crash-02be…), 125 bytes that the fence does not complete.
+        let body = [b"\x93\x06\xa1x\xc4\x16\xb6", &PLACEHOLDER.as_bytes()[..21]].concat();
+        let payload = [&framed(&body)[..], b"}\x93\x03"].concat();
+        assert_eq!(with_client_id(&payload, ID), payload);
+        // In a frame that does not decode to its end.
+        let body = [b"\x93\x06\xb6", PLACEHOLDER.as_bytes(), b"\xc4\x05x"].concat();
+        let payload = framed(&body);
+        assert_eq!(with_client_id(&payload, ID), payload);
     }
 }
