@@ -266,18 +266,27 @@ func TestServerSentEventsPostsCarryNoToken(t *testing.T) {
 	}
 	client.Stop()
 	_, resp, rest := checkNegotiate(t, wire, 0)
-	if len(rest) != 2 {
+	// The client opens the SSE GET and posts the handshake at once; when the POST's 401
+	// closes it first, the GET may never reach the wire. So the POST is required and the
+	// GET checked when it was sent.
+	var posts int
+	for _, req := range rest {
+		switch req.Method {
+		case "POST":
+			posts++
+			if req.Status != 401 || req.Headers.Get("Authorization") != "" {
+				t.Fatalf("handshake POST: %v %v", req, req.Headers)
+			}
+		default:
+			// Status 0: cancelled before the answer was on the wire.
+			answered := req.Status == 200 || req.Status == 0
+			if !req.isSSE() || !answered || req.Headers.Get("Authorization") == "" || req.Query.Get("id") != resp["connectionId"] {
+				t.Fatalf("SSE GET: %v %v", req, req.Headers)
+			}
+		}
+	}
+	if posts != 1 || len(rest) > 2 {
 		t.Fatalf("transport requests: %v", rest)
-	}
-	get, post := rest[0], rest[1]
-	if get.Method == "POST" {
-		get, post = post, get
-	}
-	if !get.isSSE() || get.Status != 200 || get.Headers.Get("Authorization") == "" || get.Query.Get("id") != resp["connectionId"] {
-		t.Fatalf("SSE GET: %v %v", get, get.Headers)
-	}
-	if post.Method != "POST" || post.Status != 401 || post.Headers.Get("Authorization") != "" {
-		t.Fatalf("handshake POST: %v %v", post, post.Headers)
 	}
 	svc.assertHealthy()
 }
