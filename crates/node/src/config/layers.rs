@@ -121,6 +121,22 @@ pub struct Loaded {
 
 /// Every settable key (dotted path) with its default, for env names and `--set` checks.
 pub fn known_keys() -> BTreeMap<String, Option<Value>> {
+    known().clone()
+}
+
+/// [`known_keys`], worked out once: the tree of defaults does not change while running.
+pub(super) fn known() -> &'static BTreeMap<String, Option<Value>> {
+    static KNOWN: std::sync::OnceLock<BTreeMap<String, Option<Value>>> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(default_keys)
+}
+
+/// Each setting's variable name, and its key.
+fn by_env() -> &'static BTreeMap<String, &'static str> {
+    static BY_ENV: std::sync::OnceLock<BTreeMap<String, &'static str>> = std::sync::OnceLock::new();
+    BY_ENV.get_or_init(|| known().keys().map(|k| (env_name(k), k.as_str())).collect())
+}
+
+fn default_keys() -> BTreeMap<String, Option<Value>> {
     let mut keys = BTreeMap::new();
     let defaults = Value::try_from(Config::default()).expect("defaults serialize");
     fn walk(prefix: &str, value: &Value, keys: &mut BTreeMap<String, Option<Value>>) {
@@ -442,24 +458,24 @@ pub fn assemble_unvalidated(
     env: impl IntoIterator<Item = (String, String)>,
     flags: &[FlagSetting],
 ) -> Result<(Config, Sources), String> {
-    let known = known_keys();
+    let known = known();
     let mut sources = Sources::default();
     let mut table = match file {
         Some((text, origin)) => {
             let table = read_file(text, origin, &mut sources)?;
-            check_file_keys(&table, "", &known, &sources)?;
+            check_file_keys(&table, "", known, &sources)?;
             table
         }
         None => Table::new(),
     };
-    let by_env: BTreeMap<String, &str> = known.keys().map(|k| (env_name(k), k.as_str())).collect();
+    let by_env = by_env();
     let mut env: Vec<(String, String)> = env
         .into_iter()
         .filter(|(name, _)| name.starts_with("SWITCHYARD_"))
         .collect();
     env.sort();
     for (name, text) in env {
-        let key = match classify(&name, &text, &by_env) {
+        let key = match classify(&name, &text, by_env) {
             Variable::Reserved => continue,
             Variable::Setting(key) => key,
             Variable::ServiceLink => {

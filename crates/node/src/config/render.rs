@@ -4,7 +4,7 @@
 
 use toml::Value;
 
-use super::layers::{known_keys, Sources};
+use super::layers::{known, Sources};
 use super::Config;
 
 /// Renders `config`. `hide` may replace a string value (a key, a URL with a password) by
@@ -17,7 +17,7 @@ pub fn render(
 ) -> String {
     let tree = Value::try_from(config).expect("settings serialize");
     let mut lines: Vec<(String, String)> = Vec::new();
-    for key in known_keys().keys() {
+    for key in known().keys() {
         if key == "upstream.templates" {
             continue;
         }
