@@ -357,8 +357,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(format) = args.log_format {
         settings.set.push(format!("log.format={format}"));
     }
-    let config = load(&settings)?.config;
+    let Loaded { config, sources } = load(&settings)?;
     init_logging(&config.log);
+    for name in sources.ignored_variables() {
+        tracing::debug!(variable = %name, "ignored a Kubernetes service-link variable");
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)

@@ -88,9 +88,15 @@ impl FlagSetting {
 /// Where each value came from, by dotted key (`limits.max_client_message_size`; a
 /// template's fields as `upstream.templates[0].url_template`). Keys not in it are defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sources(BTreeMap<String, Source>);
+pub struct Sources(BTreeMap<String, Source>, Vec<String>);
 
 impl Sources {
+    /// The Kubernetes service-link variables that were ignored, for a debug line once logging
+    /// is set up (its format is a setting, so it cannot be before).
+    pub fn ignored_variables(&self) -> &[String] {
+        &self.1
+    }
+
     /// The source of exactly `key`.
     pub fn get(&self, key: &str) -> &Source {
         self.0.get(key).unwrap_or(&Source::Default)
@@ -479,7 +485,7 @@ pub fn assemble_unvalidated(
             Variable::Reserved => continue,
             Variable::Setting(key) => key,
             Variable::ServiceLink => {
-                tracing::debug!(variable = %name, "ignoring a Kubernetes service-link variable");
+                sources.1.push(name);
                 continue;
             }
             Variable::Unknown => {
@@ -845,8 +851,12 @@ mod tests {
             ("SWITCHYARD_ADMIN_PORT_9090_UDP_PROTO", "udp"),
             ("SWITCHYARD_LISTEN", "127.0.0.1:9000"),
         ]);
-        let config = assemble(None, links, &[]).unwrap();
-        assert_eq!(config.listen.port(), 9000);
+        let loaded = super::assemble(None, links, &[]).unwrap();
+        assert_eq!(loaded.config.listen.port(), 9000);
+        // Kept for the debug line `serve` logs once logging is set up.
+        let ignored = loaded.sources.ignored_variables();
+        assert_eq!(ignored.len(), 11, "{ignored:?}");
+        assert!(ignored.contains(&"SWITCHYARD_PORT".to_string()));
         // The shape of the name is not enough: the value must be one too.
         for (name, value) in [
             ("SWITCHYARD_ADMIN_PORT", "9090"),
@@ -977,8 +987,14 @@ mod tests {
         assert_eq!(config.upstream.max_response_size, 2 * 1024 * 1024);
         assert_eq!(config.stateful_reconnect.buffer_size, 256 * 1024);
         assert_eq!(config.dashboard.trace_preview_bytes, 1024);
-        // Every size setting reads a unit, and only they do.
+        // Every size setting reads a unit, and only they do; a new size is not forgotten.
         let known = known_keys();
+        for key in known.keys() {
+            let name = key.rsplit('.').next().unwrap_or(key);
+            if name.ends_with("_size") || name.contains("bytes") {
+                assert!(SIZE_KEYS.contains(&key.as_str()), "{key} is a size");
+            }
+        }
         for key in SIZE_KEYS {
             assert!(matches!(known[*key], Some(Value::Integer(_))), "{key}");
             assemble(None, env(&[]), &[((*key).into(), "2KiB".into())]).unwrap();
