@@ -486,6 +486,59 @@ def client_negotiate():
         seed("client_negotiate", raw, knob=0x04)
 
 
+def config():
+    """Config files (the sample `upstream init` writes among them), setting lines after a
+    NUL (variables before the cut, flags after), templates and proxy lists."""
+    files = [
+        "",
+        'listen = "127.0.0.1:9000"\naccess_key = "%s"\n' % ("k" * 40),
+        "[limits]\nmax_client_message_size = \"64KiB\"\nmax_request_body_size = 2048\n",
+        "[timeouts]\nclient_timeout = \"45s\"\nkeep_alive_interval = \"500ms\"\n",
+        "[cors]\nallowed_origins = [\"https://a.example\", \"null\"]\nmax_age = \"1h\"\n",
+        "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nmode = \"serverless\"\n",
+        "[cluster]\nredis = \"redis://u:p@h:6379\"\nnode_id = \"n-1\"\nask_timeout = \"2s\"\n",
+        "[[upstream.templates]]\nurl_template = \"http://localhost:7071/api/{hub}/{category}/{event}\"\n"
+        "hub_pattern = \"chat, game\"\n\n[[upstream.templates]]\n"
+        "url_template = \"https://f.example/runtime/webhooks/signalr?code=x\"\n",
+        "upstream.templates = [{url_template = \"http://h/{hub}\", event_pattern = \"a,b\"}]\n",
+        "[dashboard]\nkey = \"%s\"\ntrace_payloads = true\nmax_trace_duration = \"1h\"\n" % ("d" * 32),
+        "[stateful_reconnect]\nbuffer_size = \"1MB\"\nwindow = \"30s\"\n[tls]\nreload_interval = \"1s\"\n",
+        "[throttling]\nconnect_rate = 10\nconnect_burst = 20\n[log]\nformat = \"json\"\n",
+        "lisen = 1\n[limits]\nmax_foo = 2\n",
+        "[limits]\nmax_client_message_size = \"1XB\"\n",
+        "limits = 5\n",
+    ]
+    with open(os.path.join(ROOT, "crates", "switchyard", "src", "upstream_init.rs"), encoding="utf-8") as f:
+        source = f.read()
+    files.append(source.split('r#"', 1)[1].split('"#;', 1)[0])
+    lines = [
+        "",
+        "listen=127.0.0.1:0\nlimits.max_client_message_size=64KiB\ntimeouts.client_timeout=45s",
+        "SWITCHYARD_CORS_ALLOWED_ORIGINS=https://a.example,https://b.example\ncors.max_age=10m",
+        "SWITCHYARD_PORT=tcp://10.0.0.1:8888\nSWITCHYARD_SERVICE_HOST=10.0.0.1\n"
+        "SWITCHYARD_PORT_8888_TCP_PROTO=tcp\nmode=default",
+        "access_key=%s\nsecondary_access_key=%s\nlisten=0.0.0.0:8888\npublic_endpoint=https://x.example" % ("a" * 32, "b" * 33),
+        "stateful_reconnect.enabled=false\nthrottling.connect_rate=5\nthrottling.connect_burst=abc",
+        "SWITCHYARD_LISTN=x\nupstream.templates=http://x",
+        "trusted_proxies=10.0.0.0/8, 192.168.1.1,::ffff:1.2.3.4\ndashboard.enabled=true",
+    ]
+    for i, text in enumerate(files):
+        seed("config", text, knob=0)
+        seed("config", text, cut=len(text.encode()) // 3, knob=1)
+        for j, line in enumerate(lines):
+            if (i + j) % 3 == 0:
+                payload = text + "\0" + line
+                seed("config", payload, cut=(i + 2 * j) % 5, knob=(i + j) % 2)
+    for extra in [
+        "http://localhost/{hub}/{event}\n*\n*\n*\nchat room\nmessages\nsend/../x",
+        "https://h:8443/api?hub={HUB}&e={event}\nchat,game\nconnected\nconnections\ngame\nconnections\nconnected",
+        "http://[::1]:1/{category}\n*\n*\n*\n\u00e9\n#\n?",
+        "ftp://x/{hub}", "http://{hub}/", "http://h/{@kv}", "http://h/{nope}", "{",
+        "10.0.0.0/8,::1,1.2.3.4/33", " 10.1.1.1 ,fe80::/10", "", ",",
+    ]:
+        seed("config", extra, knob=0)
+
+
 if __name__ == "__main__":
     backplane_envelope()
     hub_protocol()
@@ -499,5 +552,6 @@ if __name__ == "__main__":
     app_server_session()
     upstream_reply()
     client_negotiate()
+    config()
     for target in sorted(os.listdir(CORPUS)):
         print(target, len(os.listdir(os.path.join(CORPUS, target))))

@@ -80,6 +80,7 @@ pub mod admin_hub;
 pub mod app_server_session;
 pub mod client_negotiate;
 pub mod client_session;
+pub mod config;
 pub mod negotiate_query;
 pub mod rest_body;
 pub mod upstream_reply;

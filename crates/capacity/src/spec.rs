@@ -139,26 +139,15 @@ pub fn parse_count(what: &str, text: &str) -> Result<u64, String> {
         .map_err(|_| format!("{what}: expected a whole number, got '{}'", text.trim()))
 }
 
-/// Bytes: `2048`, `2KB`, `2KiB`, `2k`, `1.5MB`, `512B`.
+/// Bytes: `2048`, `2KB`, `2KiB`, `2k`, `1.5MB`, `512B` (binary units, as the guide counts;
+/// the reading is `switchyard_core::size`'s, shared with the service's size settings).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let raw = text.trim();
-    let error = || format!("message-size: expected bytes such as 2048, 2KB or 1MB, got '{raw}'");
-    let split = raw
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(raw.len());
-    let (number, unit) = raw.split_at(split);
-    let number: f64 = number.replace('_', "").parse().map_err(|_| error())?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => guide::KB as f64,
-        "m" | "mb" | "mib" => (guide::KB * guide::KB) as f64,
-        _ => return Err(error()),
-    };
-    let bytes = number * scale;
-    if !bytes.is_finite() || bytes.fract() != 0.0 {
-        return Err(error());
-    }
-    Ok(bytes as u64)
+    switchyard_core::size::parse_size(text).ok_or_else(|| {
+        format!(
+            "message-size: expected bytes such as 2048, 2KB or 1MB, got '{}'",
+            text.trim()
+        )
+    })
 }
 
 /// A duration in milliseconds: `500ms`, `1s`, `0.5s`, `2m`, `1min`, `1h`.

@@ -6,6 +6,7 @@
 //! - [`protocol`]: hub protocol names and the per-protocol [`Payloads`] of one message.
 //! - [`close`]: why a connection ended, as data with stable codes.
 //! - [`message`]: sends and commands between nodes, and the channels that address them.
+//! - [`size`]: byte sizes written for people (`64KiB`, `1MB`), for settings and flags.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -14,6 +15,7 @@ pub mod close;
 pub mod message;
 pub mod names;
 pub mod protocol;
+pub mod size;
 
 pub use close::CloseReason;
 pub use message::{user_group_key, Channel, Message, Target, UserGroupEntry, UserGroupKey};

@@ -366,3 +366,34 @@ pub fn control_body(body: &Bytes, cut: usize) {
         "control round trip"
     );
 }
+
+// ---- configuration ----
+
+/// The checks of `Config::validate` that read no file (TLS and CA files are left out, so an
+/// input naming `/dev/zero` cannot hang the target), and the trusted-proxy list.
+pub fn check_config(config: &crate::Config) -> Result<(), String> {
+    config.check().map_err(|e| e.to_string())?;
+    crate::config::parse_proxies(&config.trusted_proxies).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// `trusted_proxies` entries parsed, as many ranges as entries.
+pub fn parse_proxies(entries: &[String]) -> Result<usize, String> {
+    crate::config::parse_proxies(entries)
+        .map(|nets| nets.len())
+        .map_err(|e| e.to_string())
+}
+
+/// One upstream template parsed; when it parses, the URL it gives for the event if its
+/// patterns match it.
+pub fn upstream_url(
+    entry: &crate::config::UpstreamTemplate,
+    hub: &str,
+    category: &str,
+    event: &str,
+) -> Result<Option<String>, String> {
+    let templates = crate::config::Templates::parse(std::slice::from_ref(entry))?;
+    Ok(templates
+        .find(hub, category, event)
+        .map(|template| template.url(hub, category, event)))
+}

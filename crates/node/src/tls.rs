@@ -38,13 +38,30 @@ pub(crate) fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey
     }
     let private_key =
         PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls.key {}: {e}", key.display()))?;
-    CertifiedKey::from_der(chain, private_key, &provider()).map_err(|e| {
-        format!(
-            "tls.key {} does not go with tls.cert {}: {e}",
-            key.display(),
-            cert.display()
-        )
-    })
+    CertifiedKey::from_der(chain, private_key, &provider()).map_err(|e| mismatch(cert, key, &e))
+}
+
+/// Why a certificate and a key cannot be used together, with the two files and what to check
+/// (rustls says only `KeyMismatch`).
+fn mismatch(cert: &Path, key: &Path, error: &rustls::Error) -> String {
+    let (cert, key) = (cert.display(), key.display());
+    match error {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
+            "tls.key {key} does not go with tls.cert {cert}: the private key is not the key of \
+             the first certificate in {cert}. Check that both files come from the same \
+             issuance (a renewal writes a new key with the new certificate; copy both), that \
+             {cert} starts with the server's own certificate and not an intermediate or CA \
+             one, and that the two paths are not swapped or pointing at another site's files"
+        ),
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown) => format!(
+            "tls.key {key} cannot be checked against tls.cert {cert}: the key's type gives no \
+             public key to compare; use an RSA, ECDSA (P-256, P-384) or Ed25519 key"
+        ),
+        other => format!(
+            "tls.key {key} cannot be used with tls.cert {cert}: {other}; check that the key \
+             is an RSA, ECDSA (P-256, P-384) or Ed25519 private key in PEM"
+        ),
+    }
 }
 
 /// Every certificate in a PEM bundle (at least one).

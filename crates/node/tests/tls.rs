@@ -481,6 +481,14 @@ fn bad_files_stop_the_start_with_a_clear_message() {
     assert!(no_blocks.contains("no CERTIFICATE"), "{no_blocks}");
     let mismatch = start(Some(&cert), Some(&other_key)).unwrap();
     assert!(mismatch.contains("does not go with"), "{mismatch}");
+    // Both files named, what to check said, and not rustls's bare variant name.
+    assert!(
+        mismatch.contains(&cert.display().to_string())
+            && mismatch.contains(&other_key.display().to_string()),
+        "{mismatch}"
+    );
+    assert!(mismatch.contains("same issuance"), "{mismatch}");
+    assert!(!mismatch.contains("KeyMismatch"), "{mismatch}");
     let mut config = Config::default();
     config.upstream.ca_file = Some(empty);
     let error = config.validate().unwrap_err().to_string();

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use switchyard_auth::{client_audience, TokenBuilder};
-use switchyard_node::{Node, ValidConfig};
+use switchyard_node::config::{FlagSetting, Loaded};
+use switchyard_node::Node;
 
-use crate::{backplane, settings};
+use crate::backplane;
 
 /// A line on stdout from a running service, where a closed or full stdout (a pipe whose
 /// reader left) must not stop it, as `println!` would by panicking.
@@ -36,11 +37,18 @@ enum Command {
     /// Run the service.
     Serve(ServeArgs),
     /// Print a client URL and access token for a hub.
+    #[command(long_about = TOKEN_ABOUT)]
     Token(TokenArgs),
     /// Print the connection string apps use (`Endpoint=…;AccessKey=…;Version=1.0;`), key
     /// included; `serve` prints it with the key hidden unless in development mode.
+    #[command(long_about = CONNECTION_STRING_ABOUT)]
     ConnectionString(ConnectionStringArgs),
-    /// Upstream webhooks (serverless): `upstream init` writes a sample config file.
+    /// The settings `serve` would run with: `config check` validates them, `config print`
+    /// shows each with where it came from.
+    #[command(subcommand)]
+    Config(crate::config_cmd::ConfigCommand),
+    /// Upstream webhooks (serverless): `upstream init` writes a sample config file,
+    /// `upstream import` converts the Azure SignalR Emulator's settings.json.
     #[command(subcommand)]
     Upstream(UpstreamCommand),
     /// Capacity planning: the messages, bandwidth and Azure unit a load needs, checked against
@@ -57,11 +65,29 @@ enum UpstreamCommand {
     /// Write a commented sample config file, switchyard.toml, whose upstream template points
     /// at a local Azure Functions host (http://localhost:7071/runtime/webhooks/signalr).
     Init(InitArgs),
+    /// Convert the Azure SignalR Emulator's settings.json (its UpstreamSettings templates)
+    /// into [[upstream.templates]] entries for switchyard.toml.
+    Import(crate::upstream_import::ImportArgs),
 }
+
+const TOKEN_ABOUT: &str = "\
+Print a client URL and access token for a hub.
+
+The URL, and so the token's audience, is built from the settings that shape it: --listen, \
+--public-endpoint and TLS (--tls-cert/--tls-key: https), from flags, SWITCHYARD_* variables or \
+the --config file. Give `token` the same ones `serve` runs with (the same --config is \
+simplest): a token naming another URL is refused with 401. The key is --access-key's.";
+
+const CONNECTION_STRING_ABOUT: &str = "\
+Print the connection string apps use (Endpoint=…;AccessKey=…;Version=1.0;), key included.
+
+Its endpoint is built from --listen, --public-endpoint and TLS (--tls-cert/--tls-key: https), \
+its key from --access-key, each from flags, SWITCHYARD_* variables or the --config file: give \
+it the same ones `serve` runs with.";
 
 #[derive(Args)]
 struct InitArgs {
-    /// Folder to write switchyard.toml into (created if missing) [default: current folder].
+    /// Folder to write switchyard.toml into (created if missing).
     #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
     output: PathBuf,
     /// Overwrite an existing switchyard.toml.
@@ -69,9 +95,10 @@ struct InitArgs {
     force: bool,
 }
 
-/// Flags shared by commands that read the service's settings.
+/// The settings that shape the service's URLs and keys: what `token` and
+/// `connection-string` need, and the first of `serve`'s.
 #[derive(Args)]
-struct SettingsArgs {
+pub(crate) struct EndpointArgs {
     /// TOML config file (also SWITCHYARD_CONFIG).
     #[arg(long, env = "SWITCHYARD_CONFIG")]
     config: Option<PathBuf>,
@@ -81,9 +108,6 @@ struct SettingsArgs {
     /// Primary access key (also SWITCHYARD_ACCESS_KEY). Unset: development mode.
     #[arg(long)]
     access_key: Option<String>,
-    /// Secondary access key, accepted too (also SWITCHYARD_SECONDARY_ACCESS_KEY).
-    #[arg(long)]
-    secondary_access_key: Option<String>,
     /// URL clients use to reach the service [default: http://{listen}, or https:// with TLS].
     #[arg(long)]
     public_endpoint: Option<String>,
@@ -94,6 +118,16 @@ struct SettingsArgs {
     /// The certificate's private key (PEM; also SWITCHYARD_TLS_KEY).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<String>,
+}
+
+/// Flags shared by commands that read all of the service's settings.
+#[derive(Args)]
+pub(crate) struct SettingsArgs {
+    #[command(flatten)]
+    endpoint: EndpointArgs,
+    /// Secondary access key, accepted too (also SWITCHYARD_SECONDARY_ACCESS_KEY).
+    #[arg(long)]
+    secondary_access_key: Option<String>,
     /// auto (Default mode for hubs with app servers, serverless otherwise), default, or
     /// serverless [default: auto].
     #[arg(long)]
@@ -123,7 +157,7 @@ struct SettingsArgs {
 #[derive(Args)]
 struct ConnectionStringArgs {
     #[command(flatten)]
-    settings: SettingsArgs,
+    endpoint: EndpointArgs,
 }
 
 #[derive(Args)]
@@ -139,7 +173,7 @@ struct ServeArgs {
 #[derive(Args)]
 struct TokenArgs {
     #[command(flatten)]
-    settings: SettingsArgs,
+    endpoint: EndpointArgs,
     /// Hub the token is for (its audience is `{endpoint}/client/?hub={hub}`).
     #[arg(long, required_unless_present_any = ["audience", "admin"])]
     hub: Option<String>,
@@ -154,7 +188,7 @@ struct TokenArgs {
     /// User id (the `asrs.s.uid` and `nameid` claims).
     #[arg(long)]
     user: Option<String>,
-    /// Token lifetime, e.g. 1h, 30m [default: 1h].
+    /// Token lifetime, e.g. 1h, 30m.
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     ttl: Duration,
     /// Extra claim as type=value; repeatable.
@@ -172,7 +206,7 @@ pub fn run() -> Result<ExitCode, String> {
         Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
         Command::Token(args) => token(args).map(|()| ExitCode::SUCCESS),
         Command::ConnectionString(args) => {
-            let config = load(&args.settings)?;
+            let config = load_endpoint(&args.endpoint)?.config;
             let key = config
                 .access_key
                 .clone()
@@ -183,60 +217,103 @@ pub fn run() -> Result<ExitCode, String> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Config(command) => crate::config_cmd::run(command),
         Command::Upstream(UpstreamCommand::Init(args)) => {
             upstream_init(args).map(|()| ExitCode::SUCCESS)
         }
+        Command::Upstream(UpstreamCommand::Import(args)) => crate::upstream_import::run(args),
         Command::Capacity(args) => crate::capacity::run(args),
     }
 }
 
-fn load(args: &SettingsArgs) -> Result<ValidConfig, String> {
-    let text = match &args.config {
+impl EndpointArgs {
+    fn flags(&self) -> Vec<FlagSetting> {
+        let mut flags = Vec::new();
+        for (key, value, flag) in [
+            ("listen", &self.listen, "--listen"),
+            ("access_key", &self.access_key, "--access-key"),
+            (
+                "public_endpoint",
+                &self.public_endpoint,
+                "--public-endpoint",
+            ),
+            ("tls.cert", &self.tls_cert, "--tls-cert"),
+            ("tls.key", &self.tls_key, "--tls-key"),
+        ] {
+            if let Some(value) = value {
+                flags.push(FlagSetting::new(key, value, flag));
+            }
+        }
+        flags
+    }
+}
+
+impl SettingsArgs {
+    fn flags(&self) -> Result<Vec<FlagSetting>, String> {
+        let mut flags = self.endpoint.flags();
+        for (key, value, flag) in [
+            (
+                "secondary_access_key",
+                &self.secondary_access_key,
+                "--secondary-access-key",
+            ),
+            ("mode", &self.mode, "--mode"),
+            ("cluster.backplane", &self.backplane, "--backplane"),
+            ("cluster.node_id", &self.node_id, "--node-id"),
+            ("cluster.internal_url", &self.internal_url, "--internal-url"),
+        ] {
+            if let Some(value) = value {
+                flags.push(FlagSetting::new(key, value, flag));
+            }
+        }
+        if !self.cors_origins.is_empty() {
+            let origins = self.cors_origins.join(",");
+            flags.push(FlagSetting::new(
+                "cors.allowed_origins",
+                &origins,
+                "--cors-origin",
+            ));
+        }
+        for pair in &self.set {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--set expects KEY=VALUE, got '{pair}'"))?;
+            flags.push(FlagSetting::set(key.trim(), value));
+        }
+        Ok(flags)
+    }
+}
+
+/// Every setting, as `serve` reads them.
+pub(crate) fn load(args: &SettingsArgs) -> Result<Loaded, String> {
+    load_with(args.endpoint.config.as_deref(), &args.flags()?)
+}
+
+/// The settings with only the URL- and key-shaping flags (the file and variables in full).
+fn load_endpoint(args: &EndpointArgs) -> Result<Loaded, String> {
+    load_with(args.config.as_deref(), &args.flags())
+}
+
+fn load_with(path: Option<&std::path::Path>, flags: &[FlagSetting]) -> Result<Loaded, String> {
+    let text = match path {
         Some(path) => Some(
             std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?,
         ),
         None => None,
     };
-    let origin = args
-        .config
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let mut overrides = Vec::new();
-    for (key, value) in [
-        ("listen", &args.listen),
-        ("access_key", &args.access_key),
-        ("secondary_access_key", &args.secondary_access_key),
-        ("public_endpoint", &args.public_endpoint),
-        ("tls.cert", &args.tls_cert),
-        ("tls.key", &args.tls_key),
-        ("mode", &args.mode),
-        ("cluster.backplane", &args.backplane),
-        ("cluster.node_id", &args.node_id),
-        ("cluster.internal_url", &args.internal_url),
-    ] {
-        if let Some(value) = value {
-            overrides.push((key.to_string(), value.clone()));
-        }
-    }
-    if !args.cors_origins.is_empty() {
-        overrides.push((
-            "cors.allowed_origins".to_string(),
-            args.cors_origins.join(","),
-        ));
-    }
-    for pair in &args.set {
-        let (key, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("--set expects KEY=VALUE, got '{pair}'"))?;
-        overrides.push((key.trim().to_string(), value.to_string()));
-    }
-    settings::assemble(
+    let origin = path.map(|p| p.display().to_string()).unwrap_or_default();
+    let loaded = switchyard_node::config::assemble(
         text.as_deref().map(|t| (t, origin.as_str())),
         std::env::vars(),
-        &overrides,
-    )
+        flags,
+    )?;
+    // The node checks only the URL's shape; which backends exist is this binary's to say.
+    if let Some(url) = &loaded.config.cluster.backplane {
+        backplane::Kind::of(url)
+            .map_err(|e| format!("{e} ({})", loaded.sources.get("cluster.backplane")))?;
+    }
+    Ok(loaded)
 }
 
 /// What `serve` prints in place of a configured access key.
@@ -288,8 +365,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(format) = args.log_format {
         settings.set.push(format!("log.format={format}"));
     }
-    let config = load(&settings)?;
+    let Loaded { config, sources } = load(&settings)?;
     init_logging(&config.log);
+    for name in sources.ignored_variables() {
+        tracing::debug!(variable = %name, "ignored a Kubernetes service-link variable");
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -376,7 +456,7 @@ fn upstream_init(args: InitArgs) -> Result<(), String> {
 }
 
 fn token(args: TokenArgs) -> Result<(), String> {
-    let config = load(&args.settings)?;
+    let config = load_endpoint(&args.endpoint)?.config;
     let endpoint = config.endpoint(config.listen);
     let base = url::Url::parse(&endpoint).map_err(|e| format!("bad endpoint {endpoint}: {e}"))?;
     let audience = match (&args.audience, &args.hub) {

@@ -1,19 +1,21 @@
 //! `switchyard`: the service binary.
 //!
 //! # Layout
-//! - `cli`: commands and flags (`serve`, `token`, `upstream init`, `capacity`).
+//! - `cli`: commands and flags (`serve`, `token`, `connection-string`, `config`, `upstream`,
+//!   `capacity`); the settings are assembled by `switchyard_node::config::assemble`.
 //! - `backplane`: the one match from `cluster.backplane`'s scheme to a backend crate.
 //! - `capacity`: `switchyard capacity`, the capacity planner (loads, Azure units, bench reports).
-//! - `settings`: the config tree assembled from defaults, the TOML file, `SWITCHYARD_*`
-//!   variables and flags, in that order of precedence (later wins).
+//! - `config_cmd`: `config check` and `config print`.
 //! - `upstream_init`: the sample config file `upstream init` writes.
+//! - `upstream_import`: `upstream import`, the Emulator's settings.json as upstream templates.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 mod backplane;
 mod capacity;
 mod cli;
-mod settings;
+mod config_cmd;
+mod upstream_import;
 mod upstream_init;
 
 use std::process::ExitCode;

@@ -56,6 +56,13 @@ pub fn write_sample(dir: &Path, force: bool) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create folder {}: {e}", dir.display()))?;
     let path = dir.join(FILE_NAME);
+    write_new(&path, SAMPLE, force)?;
+    Ok(path)
+}
+
+/// Writes `text` to `path`; an existing file is an error unless `force` (`upstream init`
+/// and `upstream import` share the rule).
+pub fn write_new(path: &Path, text: &str, force: bool) -> Result<(), String> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true);
     if force {
@@ -64,7 +71,7 @@ pub fn write_sample(dir: &Path, force: bool) -> Result<PathBuf, String> {
         // Fails if the file exists, atomically: nothing is ever overwritten by accident.
         options.create_new(true);
     }
-    let mut file = options.open(&path).map_err(|e| {
+    let mut file = options.open(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
             format!(
                 "{} already exists; use --force to overwrite it",
@@ -74,9 +81,8 @@ pub fn write_sample(dir: &Path, force: bool) -> Result<PathBuf, String> {
             format!("cannot write {}: {e}", path.display())
         }
     })?;
-    file.write_all(SAMPLE.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -85,7 +91,9 @@ mod tests {
 
     #[test]
     fn the_sample_is_a_valid_config() {
-        let config = crate::settings::assemble(Some((SAMPLE, "sample")), Vec::new(), &[]).unwrap();
+        let config = switchyard_node::config::assemble(Some((SAMPLE, "sample")), Vec::new(), &[])
+            .unwrap()
+            .config;
         let templates = &config.upstream.templates;
         assert_eq!(templates.len(), 1);
         assert_eq!(
@@ -125,7 +133,9 @@ mod tests {
             })
             .collect();
         let config =
-            crate::settings::assemble(Some((&uncommented, "sample")), Vec::new(), &[]).unwrap();
+            switchyard_node::config::assemble(Some((&uncommented, "sample")), Vec::new(), &[])
+                .unwrap()
+                .config;
         assert_eq!(config.upstream.templates.len(), 2);
         assert_eq!(
             config.upstream.templates[0].event_pattern,

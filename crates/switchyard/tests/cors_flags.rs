@@ -124,7 +124,7 @@ fn cors_origin_flags_and_variable() {
 #[test]
 fn a_bad_origin_is_refused_at_start() {
     let output = binary()
-        .args(["token", "--hub", "chat", "--cors-origin", "app.example.com"])
+        .args(["config", "check", "--cors-origin", "app.example.com"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));

@@ -104,3 +104,30 @@ fn serve_with_tls_prints_https_and_reloads_on_sighup() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A key that is not the certificate's names both files and what to check, not rustls's
+/// bare `KeyMismatch`.
+#[test]
+fn a_key_of_another_certificate_names_both_files() {
+    let dir = Dir(std::env::temp_dir().join(format!(
+        "switchyard-cli-tls-mismatch-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let ca = TestCa::new();
+    ca.write_leaf(&dir.0, "mine");
+    let cert = dir.0.join("cert.pem");
+    let other_key = dir.0.join("other-key.pem");
+    std::fs::write(&other_key, ca.leaf("theirs").key_pem).unwrap();
+    let output = binary()
+        .args(["config", "check", "--tls-cert", cert.to_str().unwrap()])
+        .args(["--tls-key", other_key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(cert.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains(other_key.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains("same issuance"), "{stderr}");
+    assert!(!stderr.contains("KeyMismatch"), "{stderr}");
+}
