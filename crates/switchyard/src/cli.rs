@@ -305,7 +305,7 @@ fn load_with(path: Option<&std::path::Path>, flags: &[FlagSetting]) -> Result<Lo
     let origin = path.map(|p| p.display().to_string()).unwrap_or_default();
     let loaded = switchyard_node::config::assemble(
         text.as_deref().map(|t| (t, origin.as_str())),
-        std::env::vars(),
+        our_variables(),
         flags,
     )?;
     // The node checks only the URL's shape; which backends exist is this binary's to say.
@@ -314,6 +314,18 @@ fn load_with(path: Option<&std::path::Path>, flags: &[FlagSetting]) -> Result<Lo
             .map_err(|e| format!("{e} ({})", loaded.sources.get("cluster.backplane")))?;
     }
     Ok(loaded)
+}
+
+/// The `SWITCHYARD_*` variables. `std::env::vars` panics on any variable that is not Unicode,
+/// ours or not; one of ours that is not is read lossily (and then refused as a value).
+fn our_variables() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
+            name.starts_with("SWITCHYARD_")
+                .then(|| (name, value.to_string_lossy().into_owned()))
+        })
+        .collect()
 }
 
 /// What `serve` prints in place of a configured access key.
@@ -372,6 +384,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
+        // SIGHUP ends a process by default. The node logs and ignores it (or reloads TLS files)
+        // once it serves; taken over here already, a SIGHUP while joining a cluster is not the
+        // end either (it is dropped: nothing to reload before the listener runs).
+        #[cfg(unix)]
+        let _early_hangups =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;

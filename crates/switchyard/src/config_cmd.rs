@@ -105,40 +105,11 @@ fn hide(key: &str, value: &str) -> Option<String> {
             Some(format!("<hidden: {} characters>", value.chars().count()))
         }
         "cluster.backplane" => Some(crate::backplane::redact(value)).filter(|v| v != value),
-        "upstream.templates.url_template" => Some(hide_url(value)).filter(|v| v != value),
+        "upstream.templates.url_template" => {
+            Some(switchyard_node::config::hide_url(value)).filter(|v| v != value)
+        }
         _ => None,
     }
-}
-
-/// A URL template without its password and its `code=` query value (an Azure Functions
-/// key), kept as written otherwise (a URL parser would escape the `{hub}` placeholders).
-fn hide_url(url: &str) -> String {
-    let mut out = match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(end);
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-                    format!("{scheme}://{user}:***@{host}{tail}")
-                }
-                None => url.to_string(),
-            }
-        }
-        None => url.to_string(),
-    };
-    if let Some(query_at) = out.find('?') {
-        let (base, query) = out.split_at(query_at + 1);
-        let query: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((name, _)) if name.eq_ignore_ascii_case("code") => format!("{name}=***"),
-                _ => pair.to_string(),
-            })
-            .collect();
-        out = format!("{base}{}", query.join("&"));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -157,11 +128,13 @@ mod tests {
         );
         assert_eq!(hide("cluster.backplane", "redis://h:6379"), None);
         assert_eq!(
-            hide_url("https://f.example/runtime/webhooks/signalr?code=KEY&x=1"),
+            switchyard_node::config::hide_url(
+                "https://f.example/runtime/webhooks/signalr?code=KEY&x=1"
+            ),
             "https://f.example/runtime/webhooks/signalr?code=***&x=1"
         );
         assert_eq!(
-            hide_url("http://u:pw@h:1/api/{hub}/{event}"),
+            switchyard_node::config::hide_url("http://u:pw@h:1/api/{hub}/{event}"),
             "http://u:***@h:1/api/{hub}/{event}"
         );
         assert_eq!(

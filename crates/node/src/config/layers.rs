@@ -72,6 +72,26 @@ fn rename_in_file(table: &mut Table, sources: &mut Sources) -> Result<(), String
     Ok(())
 }
 
+/// Refuses a setting given under its name and its earlier name in one layer (`earlier`: this
+/// one used the earlier name); `seen` holds the layer's keys so far.
+fn both_names(
+    seen: &mut BTreeMap<String, (String, bool)>,
+    key: &str,
+    given_as: &str,
+    earlier: bool,
+) -> Result<(), String> {
+    if let Some((before, before_earlier)) = seen.get(key) {
+        if *before_earlier != earlier {
+            return Err(format!(
+                "both {before} and {given_as} are set, and one is the earlier name of the \
+                 other ({key}): keep one"
+            ));
+        }
+    }
+    seen.insert(key.to_string(), (given_as.to_string(), earlier));
+    Ok(())
+}
+
 /// Lists of tables: one line of text cannot express them, so only the file sets them.
 const FILE_ONLY_KEYS: &[(&str, &str)] = &[("upstream.templates", "[[upstream.templates]]")];
 
@@ -527,6 +547,9 @@ pub fn assemble_unvalidated(
         .filter(|(name, _)| name.starts_with("SWITCHYARD_"))
         .collect();
     env.sort();
+    // A setting and its earlier name from two variables (or two flags) would otherwise be
+    // decided by sort order: refused, as both in one file are.
+    let mut by_variables = BTreeMap::new();
     for (name, text) in env {
         let key = match classify(&name, &text, by_env) {
             Variable::Reserved => continue,
@@ -544,12 +567,14 @@ pub fn assemble_unvalidated(
             }
         };
         settable_outside_file(key, &name)?;
+        both_names(&mut by_variables, key, &name, env_name(key) != name)?;
         let source = Source::Env(name);
         let value = typed(key, &text, known[key].as_ref()).map_err(|e| about(key, &source, &e))?;
         set_path(&mut table, key, value);
         sources.0.retain(|k, _| !k.starts_with(&format!("{key}[")));
         sources.0.insert(key.to_string(), source);
     }
+    let mut by_flags = BTreeMap::new();
     for flag in flags {
         let key = renamed(flag.key.as_str());
         let Some(default) = known.get(key) else {
@@ -560,6 +585,7 @@ pub fn assemble_unvalidated(
             ));
         };
         settable_outside_file(key, key)?;
+        both_names(&mut by_flags, key, &flag.flag, key != flag.key)?;
         let source = Source::Flag(flag.flag.clone());
         let value =
             typed(key, &flag.value, default.as_ref()).map_err(|e| about(key, &source, &e))?;
@@ -688,6 +714,33 @@ mod tests {
             err.contains("b.toml:2") && err.contains("keep one"),
             "{err}"
         );
+        // Both variables, or both flags: refused too, not decided by their order.
+        let both = env(&[
+            ("SWITCHYARD_CLUSTER_BACKPLANE", "redis://new:1"),
+            ("SWITCHYARD_CLUSTER_REDIS", "redis://old:1"),
+        ]);
+        let err = assemble(None, both, &[]).unwrap_err();
+        assert!(
+            err.contains("SWITCHYARD_CLUSTER_REDIS") && err.contains("keep one"),
+            "{err}"
+        );
+        let flags = [
+            FlagSetting::new("cluster.backplane", "redis://new:1", "--backplane"),
+            FlagSetting::set("cluster.redis", "redis://old:1"),
+        ];
+        let err = super::assemble(None, env(&[]), &flags).unwrap_err();
+        assert!(
+            err.contains("--backplane") && err.contains("keep one"),
+            "{err}"
+        );
+        // The same name twice is the usual last-wins; a variable and a flag, precedence.
+        let flags = [
+            FlagSetting::new("cluster.backplane", "redis://a:1", "--backplane"),
+            FlagSetting::set("cluster.backplane", "redis://b:1"),
+        ];
+        let variable = env(&[("SWITCHYARD_CLUSTER_REDIS", "redis://c:1")]);
+        let loaded = super::assemble(None, variable, &flags).unwrap();
+        assert_eq!(url(&loaded.config).as_deref(), Some("redis://b:1"));
     }
 
     #[test]
@@ -1074,6 +1127,12 @@ mod tests {
         assert_eq!(config.upstream.max_response_size, 2 * 1024 * 1024);
         assert_eq!(config.stateful_reconnect.buffer_size, 256 * 1024);
         assert_eq!(config.dashboard.trace_preview_bytes, 1024);
+        // Above TOML's i64 a size could not be printed back (config print): refused.
+        for huge in ["8589934592GiB", "9223372036854775808"] {
+            let flags = [("limits.max_client_message_size".into(), huge.into())];
+            let err = assemble(None, env(&[]), &flags).unwrap_err();
+            assert!(err.contains("too large"), "{huge}: {err}");
+        }
         // Every size setting reads a unit, and only they do; a new size is not forgotten.
         let known = known_keys();
         for key in known.keys() {

@@ -21,6 +21,7 @@ pub use layers::{
     assemble, assemble_unvalidated, env_name, known_keys, FlagSetting, Loaded, Source, Sources,
 };
 pub use render::render;
+pub use template::hide_url;
 
 pub use limits::{Limits, Timeouts, Upstream, UpstreamTemplate};
 pub use sections::{
@@ -284,7 +285,12 @@ mod size_serde {
         }
 
         fn visit_u64<E: de::Error>(self, value: u64) -> Result<usize, E> {
-            usize::try_from(value).map_err(|_| E::custom(format!("{value} bytes is too large")))
+            // TOML's integers are i64: a size above that could not be written back
+            // (`config print`), and no setting means anything near it.
+            i64::try_from(value)
+                .ok()
+                .and_then(|_| usize::try_from(value).ok())
+                .ok_or_else(|| E::custom(format!("{value} bytes is too large")))
         }
 
         fn visit_i64<E: de::Error>(self, value: i64) -> Result<usize, E> {

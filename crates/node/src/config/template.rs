@@ -70,20 +70,23 @@ impl Template {
         // name), so only the path and query can take any name: `{hub}.example.com` would
         // work for `chat` and fail for a method named `a b`.
         let text = &entry.url_template;
+        // Errors show the URL without a password or an Azure Functions `code=` key.
+        let shown = hide_url(text);
         if let Some(start) = text.find("://").map(|at| at + 3) {
             let end = text[start..]
                 .find(['/', '?', '#'])
                 .map_or(text.len(), |at| start + at);
             if text[..end].contains('{') {
                 return Err(format!(
-                    "url_template '{text}': placeholders may only be in the path and query, \
-                     not in the scheme, host or port"
+                    "url_template '{shown}': placeholders may only be in the path and query, \
+                     not in the scheme, host or port (earlier builds took them there; for a \
+                     host per hub, write one template per hub with that hub_pattern)"
                 ));
             }
         }
         let template = Template {
             parts: parse_url(&entry.url_template)
-                .map_err(|e| format!("url_template '{}': {e}", entry.url_template))?,
+                .map_err(|e| format!("url_template '{shown}': {e}"))?,
             hub: Pattern::parse(&entry.hub_pattern).map_err(|e| format!("hub_pattern: {e}"))?,
             category: Pattern::parse(&entry.category_pattern)
                 .map_err(|e| format!("category_pattern: {e}"))?,
@@ -94,14 +97,13 @@ impl Template {
         let sample = template.url("hub", "category", "event");
         let url = url::Url::parse(&sample).map_err(|e| {
             format!(
-                "url_template '{}' does not give a URL ({sample}: {e})",
-                entry.url_template
+                "url_template '{shown}' does not give a URL ({}: {e})",
+                hide_url(&sample)
             )
         })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(format!(
-                "url_template '{}' must be an http:// or https:// URL with a host",
-                entry.url_template
+                "url_template '{shown}' must be an http:// or https:// URL with a host"
             ));
         }
         Ok(template)
@@ -201,6 +203,38 @@ impl Templates {
     pub(crate) fn serves_hub(&self, hub: &str) -> bool {
         self.0.iter().any(|t| t.serves_hub(hub))
     }
+}
+
+/// A URL template without its password and its `code=` query value (an Azure Functions
+/// key), kept as written otherwise (a URL parser would escape the `{hub}` placeholders):
+/// what `config print` and every template error show.
+pub fn hide_url(url: &str) -> String {
+    let mut out = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(end);
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or("", |(user, _)| user);
+                    format!("{scheme}://{user}:***@{host}{tail}")
+                }
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    };
+    if let Some(query_at) = out.find('?') {
+        let (base, query) = out.split_at(query_at + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("code") => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out = format!("{base}{}", query.join("&"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -320,5 +354,18 @@ mod tests {
         // Not in the host: an escaped value is decoded there again (found by the `config`
         // fuzz target: `http://localhost,{hub}/` gave no URL for some names).
         assert!(err("http://{hub}.example.com/x").contains("only be in the path and query"));
+        // No error shows a password or an Azure Functions key.
+        for url in [
+            "http://u:pw@{hub}.f.example/api?code=SECRET",
+            "http://u:pw@h/api/{hubb}?code=SECRET",
+            "ftp://u:pw@h/api?code=SECRET",
+            "http://u:pw@h:99999/api?code=SECRET",
+        ] {
+            let error = err(url);
+            assert!(
+                !error.contains("SECRET") && !error.contains("pw"),
+                "{error}"
+            );
+        }
     }
 }
