@@ -136,8 +136,12 @@ pub(crate) struct SettingsArgs {
     /// redis://[user:password@]host:port or rediss://; a Redis Cluster:
     /// redis-cluster://host:port,host:port,… or rediss-cluster:// (also
     /// SWITCHYARD_CLUSTER_BACKPLANE; --redis is its earlier name) [default: none, one node].
-    #[arg(long, visible_alias = "redis", value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     backplane: Option<String>,
+    /// --backplane's earlier name (a flag of its own, so errors and `config print` name the
+    /// flag that was given).
+    #[arg(long, value_name = "URL", conflicts_with = "backplane", hide = true)]
+    redis: Option<String>,
     /// This node's name in the cluster [default: generated].
     #[arg(long)]
     node_id: Option<String>,
@@ -259,6 +263,7 @@ impl SettingsArgs {
             ),
             ("mode", &self.mode, "--mode"),
             ("cluster.backplane", &self.backplane, "--backplane"),
+            ("cluster.redis", &self.redis, "--redis"),
             ("cluster.node_id", &self.node_id, "--node-id"),
             ("cluster.internal_url", &self.internal_url, "--internal-url"),
         ] {

@@ -308,7 +308,9 @@ fn cluster_start_errors_are_clear() {
     fails_with(
         &["serve", "--listen", "127.0.0.1:0", "--redis", "http://x"],
         &[],
-        "no backplane for the scheme \"http\"",
+        "no backplane for the scheme \"http\"; this build knows redis:// and rediss:// (one \
+         Redis, rediss with TLS) and redis-cluster:// and rediss-cluster:// (a Redis Cluster) \
+         (flag --redis)",
     );
     fails_with(
         &[
