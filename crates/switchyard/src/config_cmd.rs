@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use switchyard_node::config::{Loaded, Source};
 
-use crate::cli::{load, SettingsArgs};
+use crate::settings::{load, SettingsArgs};
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {

@@ -6,6 +6,7 @@
 //! - `backplane`: the one match from `cluster.backplane`'s scheme to a backend crate.
 //! - `capacity`: `switchyard capacity`, the capacity planner (loads, Azure units, bench reports).
 //! - `config_cmd`: `config check` and `config print`.
+//! - `settings`: the settings flags the commands share, and loading the settings with them.
 //! - `upstream_init`: the sample config file `upstream init` writes.
 //! - `upstream_import`: `upstream import`, the Emulator's settings.json as upstream templates.
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@ mod backplane;
 mod capacity;
 mod cli;
 mod config_cmd;
+mod settings;
 mod upstream_import;
 mod upstream_init;
 
