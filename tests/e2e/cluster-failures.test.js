@@ -121,7 +121,7 @@ async function health(node) {
 
 // The whole suite shares one cluster and takes about 80 s (package.json runs this file with a
 // longer timeout than the others').
-describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, switchyard-bench app-server)', { timeout: 240000 }, () => {
+describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, switchyard-bench app-server)', { timeout: 360000 }, () => {
   let cluster;
   let app;
   let rest;
@@ -135,8 +135,11 @@ describe('a cluster in Default mode loses parts (3 nodes, redis-server, nginx, s
     const lbString = cluster.lb.connectionString.replace(/Endpoint=[^;]*/, `Endpoint=${cluster.lb.baseUrl}`).replace(/;Port=\d+/, '');
     app = await startAppServer({ connectionString: lbString }, { serverId: `e2e-fail-${process.pid}`, hubs: ['fail1', 'fail2', 'fail3', 'fail4'], connections: 1 });
     // Connections that reached a node only through another would break with that node: the
-    // nodes keep asking until each has direct ones (one per hub here).
-    const took = await until('every node holds a direct connection from the app server for every hub', 45000, async () => {
+    // nodes keep asking until each has direct ones (one per hub here). Through a round-robin
+    // balancer each new connection lands on the asking node by chance, and the asks back off
+    // (3 s five times, then doubling), so this takes 10-25 s as a rule and longer now and
+    // then (over 45 s once in CI): a bound for liveness, not a measure.
+    const took = await until('every node holds a direct connection from the app server for every hub', 120000, async () => {
       const direct = await Promise.all(cluster.nodes.map(async (n) => (await metric(n, 'switchyard_server_connections')) - (await metric(n, 'switchyard_server_connections_passed_on'))));
       return direct.every((count) => count >= 4);
     });
