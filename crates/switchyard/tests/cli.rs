@@ -412,3 +412,31 @@ fn serve_keeps_serving_when_its_stdout_reader_is_gone() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// A variable that is not Unicode, ours or not, must not panic the binary (`std::env::vars`
+/// would): another program's is ignored, one of ours is read lossily and refused as a value.
+#[cfg(unix)]
+#[test]
+fn variables_that_are_not_unicode_do_not_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let not_unicode = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let output = binary()
+        .args(["config", "check"])
+        .env("SOMEONE_ELSES", not_unicode)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = binary()
+        .args(["config", "check"])
+        .env("SWITCHYARD_LISTEN", not_unicode)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("SWITCHYARD_LISTEN"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
