@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use toml::{Table, Value};
 
+use super::file_lines::join;
 use super::{Config, ValidConfig, SIZE_KEYS};
 
 /// Variables that are not settings but are still ours.
@@ -238,14 +239,6 @@ pub fn env_name(key: &str) -> String {
     format!("SWITCHYARD_{}", key.replace('.', "_").to_ascii_uppercase())
 }
 
-fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.to_string()
-    } else {
-        format!("{prefix}.{key}")
-    }
-}
-
 /// "; did you mean X?" with the candidate closest to `name` by edit distance, so a typo is
 /// answered with the one name it was meant to be rather than every name there is.
 pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
@@ -404,9 +397,7 @@ fn read_file(text: &str, origin: &str, sources: &mut Sources) -> Result<Table, S
                     + 1
             })
         };
-        let mut lines = BTreeMap::new();
-        file_lines(document.as_item(), String::new(), None, &line, &mut lines);
-        for (key, line) in lines {
+        for (key, line) in super::file_lines::value_lines(&document, &line) {
             sources.0.insert(
                 key,
                 Source::File {
@@ -417,81 +408,6 @@ fn read_file(text: &str, origin: &str, sources: &mut Sources) -> Result<Table, S
         }
     }
     Ok(table)
-}
-
-type LineOf<'a> = dyn Fn(Option<std::ops::Range<usize>>) -> Option<usize> + 'a;
-
-/// Records the line of every value (not of sections, whose keys are found by their values).
-fn file_lines(
-    item: &toml_edit::Item,
-    path: String,
-    at: Option<usize>,
-    line: &LineOf<'_>,
-    out: &mut BTreeMap<String, usize>,
-) {
-    use toml_edit::Item;
-    match item {
-        Item::None => {}
-        Item::Table(table) => {
-            for (name, value) in table.iter() {
-                let key_line = table.key(name).and_then(|key| line(key.span()));
-                let at = key_line.or_else(|| line(value.span())).or(at);
-                file_lines(value, join(&path, name), at, line, out);
-            }
-        }
-        Item::ArrayOfTables(tables) => {
-            for (i, table) in tables.iter().enumerate() {
-                let at = line(table.span()).or(at);
-                let element = format!("{path}[{i}]");
-                if let Some(at) = at {
-                    out.insert(element.clone(), at);
-                }
-                file_lines(&Item::Table(table.clone()), element, at, line, out);
-            }
-            if let Some(first) = out.get(&format!("{path}[0]")).copied() {
-                out.insert(path, first);
-            }
-        }
-        Item::Value(value) => {
-            if let Some(at) = at {
-                out.insert(path.clone(), at);
-            }
-            inline_lines(value, &path, at, line, out);
-        }
-    }
-}
-
-fn inline_lines(
-    value: &toml_edit::Value,
-    path: &str,
-    at: Option<usize>,
-    line: &LineOf<'_>,
-    out: &mut BTreeMap<String, usize>,
-) {
-    match value {
-        toml_edit::Value::InlineTable(table) => {
-            for (name, inner) in table.iter() {
-                let key_line = table.key(name).and_then(|key| line(key.span()));
-                let at = key_line.or(at);
-                let inner_path = join(path, name);
-                if let Some(at) = at {
-                    out.insert(inner_path.clone(), at);
-                }
-                inline_lines(inner, &inner_path, at, line, out);
-            }
-        }
-        toml_edit::Value::Array(items) => {
-            for (i, inner) in items.iter().enumerate() {
-                let at = line(inner.span()).or(at);
-                let inner_path = format!("{path}[{i}]");
-                if let Some(at) = at {
-                    out.insert(inner_path.clone(), at);
-                }
-                inline_lines(inner, &inner_path, at, line, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Refuses keys of the file that are no setting, with their line and the closest name.

@@ -8,9 +8,11 @@
 //! - `check`: the checks across sections that need no file (TLS and CA files are read here).
 //! - [`layers`]: the tree assembled from defaults, the file, variables and flags, with where
 //!   each value came from; `render`: the effective settings printed with their sources.
+//! - `file_lines`: the line of every value in the file (toml_edit's spans), for `file:line`.
 //! - `template`: `[[upstream.templates]]` entries parsed into name patterns and URL templates.
 
 mod check;
+mod file_lines;
 pub mod layers;
 mod limits;
 mod render;
