@@ -12,7 +12,8 @@
 //!    (query, errors, client address) and `auth` (token checks against the keys).
 //! 2. `shared`: what every endpoint reads (settings, token checks, throttles, metrics).
 //! 3. `cluster`: what this node shares with the others: the backplane's inbox, the control
-//!    plane (questions, answers, presence), user-group sync, passing requests to other nodes.
+//!    plane (questions, answers, presence), user-group sync, passing requests to other nodes
+//!    (over TLS, checked by `cluster::peer_tls`, when their internal URLs are https).
 //! 4. [`executor`]: applies commands through the router and the cluster.
 //! 5. features and endpoints, written against narrow views of each other: `upstream`
 //!    (serverless webhooks), `cors`, `app_server` (the `/server` endpoint and Default mode),

@@ -133,6 +133,7 @@ pub async fn serve_listeners(
     let (tls, hangups) = match config.tls_key() {
         Some(key) => {
             let certificates = tls::Certificates::new(key.clone());
+            node.cluster.trust_like(certificates.clone());
             match config.tls.cert.clone().zip(config.tls.key.clone()) {
                 Some((cert, key)) => {
                     let watch = tokio::spawn(tls::watch(
@@ -185,15 +186,15 @@ async fn join_cluster(node: &Node, bound: std::net::SocketAddr) {
     let config = node.config();
     let url = internal_url(config, bound, node.cluster.peer_address_hint());
     tracing::info!(%url, "other nodes reach this node at this address");
+    let plain = url.starts_with("http:");
     node.cluster.set_internal_url(url);
     let copied = node.cluster.copy_user_groups().await;
     tracing::info!(copied, "user-group memberships copied from the other nodes");
-    if config.tls.enabled() {
-        // Forwarded requests go to cluster.internal_url over plain HTTP.
+    if config.tls.enabled() && plain {
         tracing::warn!(
-            "tls is on in a cluster: transport requests a balancer sends to the wrong node cannot \
-             be passed on (cluster.internal_url is plain HTTP); use sticky sessions or terminate \
-             TLS at the balancer"
+            "tls is on in a cluster but cluster.internal_url is plain HTTP: other nodes pass \
+             transport requests there unencrypted (this node's own listener speaks only TLS, so \
+             something else must answer there); set an https:// cluster.internal_url"
         );
     }
 }

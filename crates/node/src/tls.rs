@@ -1,5 +1,6 @@
-//! TLS: the listener's certificate, swapped in place when its files change, and the PEM
-//! files of trusted roots for https upstreams. rustls with the ring provider only.
+//! TLS: the listener's certificate, swapped in place when its files change (the cluster
+//! trusts other nodes by it unless `cluster.ca_file` is set), and the PEM files of trusted
+//! roots for https upstreams and other nodes. rustls with the ring provider only.
 //!
 //! A reload that fails (unreadable file, bad PEM, a key that is not the certificate's)
 //! keeps the certificate in use; it is logged and counted, and the next change of the files
@@ -91,6 +92,16 @@ impl Certificates {
         })
     }
 
+    /// The certificate in use now (the cluster trusts other nodes by it).
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
+        self.current.read().clone()
+    }
+
+    /// Puts `key` in use for new handshakes.
+    pub(crate) fn replace(&self, key: Arc<CertifiedKey>) {
+        *self.current.write() = key;
+    }
+
     /// Offers ALPN `h2` and `http/1.1`. WebSockets stay on HTTP/1.1: extended CONNECT
     /// (WebSockets over h2) is off, so browsers open an h1 connection for them.
     pub(crate) fn acceptor(self: &Arc<Self>) -> TlsAcceptor {
@@ -146,7 +157,7 @@ pub(crate) async fn watch(
         // Two small files: read in place.
         let result = match load_certified_key(&cert, &key) {
             Ok(loaded) => {
-                *certificates.current.write() = Arc::new(loaded);
+                certificates.replace(Arc::new(loaded));
                 tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
                 "ok"
             }

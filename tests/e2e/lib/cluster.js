@@ -283,4 +283,4 @@ async function metric(node, name, labels = {}) {
   return sum;
 }
 
-module.exports = { startCluster, startNginx, nginxConfig, nginxBinary, NGINX_CONF, metric, freePort, childEnv };
+module.exports = { startCluster, startRedis, startNginx, nginxConfig, nginxBinary, NGINX_CONF, metric, freePort, childEnv };

@@ -139,7 +139,9 @@ function childEnv() {
  */
 async function startService(extraArgs = [], { logPath = process.env.E2E_SERVICE_LOG } = {}) {
   const bin = binaryPath();
-  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0', ...extraArgs], {
+  // A test that must know the port beforehand (to name it in other settings) gives its own.
+  const listen = extraArgs.includes('--listen') ? [] : ['--listen', '127.0.0.1:0'];
+  const child = spawn(bin, ['serve', ...listen, ...extraArgs], {
     env: childEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -3,11 +3,32 @@
 // start): connects the official client over one transport, asks for a REST broadcast over
 // https, and prints one JSON line with what it received, or with the error.
 //
-// Input (JSON in argv[2]): {url, token, transport, restUrl, restToken, text}
+// Input (JSON in argv[2]): {url, token, transport, restUrl, restToken, text}, and optionally
+// `negotiateOrigin` (the negotiate goes to that node, every later request to `url`'s, so the
+// transport is passed on between nodes) and `echo` (also invoke('echo', echo) and report the
+// result: a message from the client to the service and back).
 
 const signalR = require('@microsoft/signalr');
 
 const WAIT_MS = 10000;
+
+/** Sends the negotiate to another origin than the connection's other requests. */
+class NegotiateElsewhere extends signalR.DefaultHttpClient {
+  constructor(origin) {
+    super(signalR.NullLogger.instance);
+    this.origin = new URL(origin);
+  }
+
+  send(request) {
+    const url = new URL(request.url);
+    if (url.pathname.endsWith('/negotiate')) {
+      url.protocol = this.origin.protocol;
+      url.host = this.origin.host;
+      return super.send({ ...request, url: url.toString() });
+    }
+    return super.send(request);
+  }
+}
 
 async function main() {
   const job = JSON.parse(process.argv[2]);
@@ -15,6 +36,7 @@ async function main() {
     .withUrl(job.url, {
       transport: signalR.HttpTransportType[job.transport],
       accessTokenFactory: () => job.token,
+      ...(job.negotiateOrigin ? { httpClient: new NegotiateElsewhere(job.negotiateOrigin) } : {}),
     })
     .configureLogging(signalR.LogLevel.None)
     .build();
@@ -35,11 +57,12 @@ async function main() {
     }),
   ]);
   clearTimeout(timer);
+  const echoed = job.echo === undefined ? undefined : await connection.invoke('echo', job.echo);
   const transport = connection.connection && connection.connection.transport
     ? connection.connection.transport.constructor.name
     : undefined;
   await connection.stop();
-  return { ok: true, text, transport };
+  return { ok: true, text, transport, echoed };
 }
 
 main().then(

@@ -1,11 +1,11 @@
-//! Where the other nodes reach this node over HTTP (for requests passed on to the node that
-//! holds a connection).
+//! Where the other nodes reach this node over HTTP or HTTPS (for requests passed on to the
+//! node that holds a connection).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 
 use crate::config::ValidConfig;
 
-/// The setting, else the bound address; for an address bound on every interface, the one
+/// The setting, else the bound address (https when the listener speaks TLS); for an address bound on every interface, the one
 /// this host routes to `hint` from (the backplane's server: the network the nodes share).
 pub(crate) fn internal_url(
     config: &ValidConfig,
@@ -28,7 +28,7 @@ pub(crate) fn internal_url(
             }
         }
     }
-    format!("http://{address}")
+    format!("{}://{address}", config.listen_scheme())
 }
 
 /// The local address this host sends from to reach `(host, port)` (no packet is sent: a UDP

@@ -11,7 +11,8 @@
 //! - `sink`: the node's inbox: data to the router, control decoded and answered; the
 //!   interest that subscribes channels while they have local members.
 //! - `sync`: the user-group table copied from the other nodes, at start and after an outage.
-//! - `address`: where the other nodes reach this node over HTTP.
+//! - `address`: where the other nodes reach this node over HTTP or HTTPS.
+//! - `peer_tls`: how other nodes' certificates are checked when requests go to them over TLS.
 //! - `proxy`: requests for connections another node holds, passed on to it.
 //! - here: [`Cluster`]: asking, publishing, and the node's questions about the others.
 //!
@@ -23,6 +24,7 @@ mod answer;
 mod asks;
 mod control;
 pub(crate) mod members;
+mod peer_tls;
 pub(crate) mod proxy;
 mod question;
 mod sink;
@@ -63,6 +65,8 @@ pub struct Cluster {
     /// Where the re-sync of the user-group table after an outage stands.
     resync: parking_lot::Mutex<sync::Resync>,
     proxy: proxy::Proxy,
+    /// How other nodes' certificates are checked when requests go to them over https.
+    peer_trust: Arc<peer_tls::NodeVerifier>,
 }
 
 // The backplane holds the node's sink (and so its router), and the router holds the
@@ -114,8 +118,13 @@ impl Cluster {
                 tracer,
             }),
         );
+        let peer_trust = peer_tls::NodeVerifier::new(config);
         Cluster {
-            proxy: proxy::Proxy::new(&config.timeouts),
+            proxy: proxy::Proxy::new(
+                &config.timeouts,
+                peer_tls::client_config(peer_trust.clone()),
+            ),
+            peer_trust,
             resync: parking_lot::Mutex::default(),
             ask_timeout: config.cluster.ask_timeout,
             backplane,
@@ -190,6 +199,12 @@ impl Cluster {
     /// Who answers other nodes' dashboards here.
     pub(crate) fn set_views(&self, views: Arc<dyn Views>) {
         let _ = self.answerers.views.set(views);
+    }
+
+    /// Other nodes are trusted by the listener's certificate as it is now, reloads included
+    /// (unless `cluster.ca_file` names the roots).
+    pub(crate) fn trust_like(&self, certificates: Arc<crate::tls::Certificates>) {
+        self.peer_trust.follow(certificates);
     }
 
     /// Where other nodes reach this node over HTTP; set once, when the listener is bound.

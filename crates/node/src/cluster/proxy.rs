@@ -3,7 +3,7 @@
 //! sticky sessions the negotiate and each later request of one connection may land on
 //! different nodes, so in a cluster a connection's key (`id=`) names the node that holds it,
 //! and a node that gets a request for a key it does not hold passes the request on to that
-//! node over HTTP: long polls, sends, deletes and event streams as requests with streamed
+//! node over HTTP (https when its internal URL is): long polls, sends, deletes and event streams as requests with streamed
 //! bodies, a WebSocket as a byte tunnel once both sides have upgraded. See
 //! docs/decisions/0006-forward-transport-requests.md.
 
@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -66,7 +67,7 @@ const MAX_ADDRESSES: usize = 1024;
 
 /// Passes requests on to other nodes; one per node.
 pub(crate) struct Proxy {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
     /// Node id → its internal URL (`None`: no node answered), with when it was learnt.
     addresses: Mutex<HashMap<String, (Option<String>, Instant)>>,
     /// How long the other node's answer may take (`timeouts.request_body_timeout`), and a
@@ -76,13 +77,21 @@ pub(crate) struct Proxy {
 }
 
 impl Proxy {
-    pub(crate) fn new(timeouts: &Timeouts) -> Proxy {
+    /// `tls`: how an https node is checked (see `peer_tls`); an http one is spoken to plainly.
+    pub(crate) fn new(timeouts: &Timeouts, tls: rustls::ClientConfig) -> Proxy {
         let mut connector = HttpConnector::new();
+        // https URLs too: the TLS layer below takes them.
+        connector.enforce_http(false);
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         // A node whose host vanished (no FIN, no RST) is noticed by the kernel, not after
         // the retransmission timeout.
         connector.set_keepalive(Some(Duration::from_secs(30)));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             // Below the peer's idle limit (`timeouts.request_header_timeout`, 10 s), so a
             // pooled connection is not reused just as the peer closes it.

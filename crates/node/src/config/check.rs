@@ -8,6 +8,7 @@ use super::{Config, ConfigError, Templates};
 impl Config {
     pub(crate) fn check(&self) -> Result<Templates, ConfigError> {
         self.cluster.validate().map_err(ConfigError::Invalid)?;
+        self.check_internal_tls()?;
         self.stateful_reconnect
             .validate()
             .map_err(ConfigError::Invalid)?;
@@ -52,6 +53,25 @@ impl Config {
         if self.secondary_access_key.is_some() && self.access_key.is_none() {
             return Err(ConfigError::Invalid(
                 "secondary_access_key is set but access_key is not".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An https internal URL is this node's own TLS listener: without TLS nothing would
+    /// answer there, so it is refused at start rather than failing every forwarded request.
+    fn check_internal_tls(&self) -> Result<(), ConfigError> {
+        let https = self
+            .cluster
+            .internal_url
+            .as_deref()
+            .is_some_and(|url| url.starts_with("https:"));
+        if https && !self.tls.enabled() {
+            return Err(ConfigError::Invalid(
+                "cluster.internal_url is https, but this node serves no TLS: set tls.cert and \
+                 tls.key (other nodes reach this node's TLS listener there), or use an http:// \
+                 internal_url"
+                    .into(),
             ));
         }
         Ok(())
@@ -179,5 +199,70 @@ impl Config {
             )));
         }
         Templates::parse(&upstream.templates).map_err(ConfigError::Invalid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_internal_url(url: &str, tls: bool) -> Config {
+        let mut config = Config::default();
+        config.cluster.internal_url = Some(url.into());
+        if tls {
+            // Only the shape is checked here; the files are read by `validate`.
+            config.tls.cert = Some("/etc/switchyard/cert.pem".into());
+            config.tls.key = Some("/etc/switchyard/key.pem".into());
+        }
+        config
+    }
+
+    #[test]
+    fn an_https_internal_url_needs_the_nodes_tls() {
+        let error = with_internal_url("https://n1.internal:8443", false)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("cluster.internal_url is https"), "{error}");
+        assert!(error.contains("tls.cert and tls.key"), "{error}");
+        with_internal_url("https://n1.internal:8443", true)
+            .check()
+            .unwrap();
+        // Plain HTTP stays allowed either way (with a warning at start when TLS is on).
+        with_internal_url("http://n1.internal:8080", true)
+            .check()
+            .unwrap();
+        with_internal_url("http://n1.internal:8080", false)
+            .check()
+            .unwrap();
+    }
+
+    #[test]
+    fn an_internal_url_is_http_or_https_with_no_path() {
+        for bad in [
+            "https://n1.internal:8443/x",
+            "wss://n1.internal:8443",
+            "https://user@n1.internal",
+        ] {
+            let error = with_internal_url(bad, true)
+                .check()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("must be http(s)://host[:port]"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cluster_ca_file_that_cannot_be_read_stops_the_start() {
+        let mut config = Config::default();
+        config.cluster.ca_file = Some("/nonexistent/cluster-ca.pem".into());
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.starts_with("cluster.ca_file: /nonexistent/cluster-ca.pem"),
+            "{error}"
+        );
     }
 }

@@ -24,6 +24,7 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "cluster.backplane",
     "cluster.node_id",
     "cluster.internal_url",
+    "cluster.ca_file",
     "tls.cert",
     "tls.key",
     "upstream.ca_file",

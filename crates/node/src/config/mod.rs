@@ -136,12 +136,18 @@ impl Config {
                 .map_err(|e| ConfigError::Invalid(format!("upstream.ca_file: {e}")))?,
             None => Vec::new(),
         };
+        let cluster_roots = match &self.cluster.ca_file {
+            Some(path) => crate::tls::load_roots(path)
+                .map_err(|e| ConfigError::Invalid(format!("cluster.ca_file: {e}")))?,
+            None => Vec::new(),
+        };
         Ok(ValidConfig {
             config: self,
             templates,
             trusted_proxies,
             tls_key,
             upstream_roots,
+            cluster_roots,
         })
     }
 
@@ -174,6 +180,8 @@ pub struct ValidConfig {
     tls_key: Option<Arc<rustls::sign::CertifiedKey>>,
     /// `upstream.ca_file`'s certificates.
     upstream_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
+    /// `cluster.ca_file`'s certificates (empty: other nodes are trusted by `tls.cert`).
+    cluster_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
 }
 
 impl ValidConfig {
@@ -190,6 +198,7 @@ impl ValidConfig {
             trusted_proxies,
             tls_key: None,
             upstream_roots: Vec::new(),
+            cluster_roots: Vec::new(),
         })
     }
 
@@ -210,6 +219,11 @@ impl ValidConfig {
     /// Extra roots trusted for https upstreams (`upstream.ca_file`).
     pub(crate) fn upstream_roots(&self) -> &[rustls_pki_types::CertificateDer<'static>] {
         &self.upstream_roots
+    }
+
+    /// The roots other nodes' https internal URLs are checked against (`cluster.ca_file`).
+    pub(crate) fn cluster_roots(&self) -> &[rustls_pki_types::CertificateDer<'static>] {
+        &self.cluster_roots
     }
 
     /// Whether a peer is one of `trusted_proxies`.

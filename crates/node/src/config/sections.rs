@@ -321,10 +321,14 @@ pub struct Cluster {
     /// to connect to it. Default 5s.
     #[serde(with = "humantime_serde")]
     pub node_timeout: Duration,
-    /// Where the other nodes reach this node over HTTP (`http://host:port`), to pass on
-    /// transport requests that a load balancer sent to the wrong node. Default: the bound
-    /// address, or, when bound to all interfaces, the address this host uses to reach Redis.
+    /// Where the other nodes reach this node (`http://host:port`, or `https://host:port` when
+    /// the node serves TLS), to pass on transport requests that a load balancer sent to the
+    /// wrong node. Default: the bound address (https when TLS is on), or, when bound to all
+    /// interfaces, the address this host uses to reach Redis.
     pub internal_url: Option<String>,
+    /// PEM bundle of the certificate authorities trusted for other nodes' https internal URLs.
+    /// Default: the certificates of this node's own `tls.cert` file.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for Cluster {
@@ -336,6 +340,7 @@ impl Default for Cluster {
             ask_timeout: Duration::from_secs(2),
             node_timeout: Duration::from_secs(5),
             internal_url: None,
+            ca_file: None,
         }
     }
 }
@@ -381,7 +386,7 @@ impl Cluster {
         if let Some(url) = &self.internal_url {
             let parsed = url::Url::parse(url).ok();
             let plain = parsed.as_ref().is_some_and(|u| {
-                u.scheme() == "http"
+                matches!(u.scheme(), "http" | "https")
                     && u.host_str().is_some()
                     && u.path() == "/"
                     && u.query().is_none()
@@ -389,7 +394,7 @@ impl Cluster {
             });
             if !plain {
                 return Err(format!(
-                    "cluster.internal_url {url:?} must be http://host[:port] with no path"
+                    "cluster.internal_url {url:?} must be http(s)://host[:port] with no path"
                 ));
             }
         }
