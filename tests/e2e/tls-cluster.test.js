@@ -205,7 +205,13 @@ describe('TLS between nodes (https cluster.internal_url) with @microsoft/signalr
     });
   }
 
-  it('a node whose certificate is not trusted gets no forwarded request: it fails closed, logged', async () => {
+  it('no node warned at start about its internal URL (plain, or a host its certificate lacks)', () => {
+    for (const id of ['n1', 'n2', 'n3']) {
+      assert.doesNotMatch(nodes[id].log(), /does not name|cluster\.internal_url is plain HTTP/, `${id}:\n${nodes[id].log()}`);
+    }
+  });
+
+  it('a node whose certificate is not trusted gets no forwarded request: it fails closed, logged', async (t) => {
     const before = await forwarded(nodes.n1, 'unreachable');
     const work = await job(nodes.n4, nodes.n1, 'WebSockets');
     const result = await runClient(work, bothCas);
@@ -213,5 +219,6 @@ describe('TLS between nodes (https cluster.internal_url) with @microsoft/signalr
     assert.ok((await forwarded(nodes.n1, 'unreachable')) > before, 'n1 counted the node as unreachable');
     assert.match(nodes.n1.log(), /refused TLS to another node: its certificate is not trusted/);
     assert.match(nodes.n1.log(), /UnknownIssuer|unknown issuer/i);
+    t.diagnostic(nodes.n1.log().split('\n').find((line) => line.includes('refused TLS to another node')));
   });
 });

@@ -187,6 +187,17 @@ async fn join_cluster(node: &Node, bound: std::net::SocketAddr) {
     let url = internal_url(config, bound, node.cluster.peer_address_hint());
     tracing::info!(%url, "other nodes reach this node at this address");
     let plain = url.starts_with("http:");
+    if let Some(host) = config
+        .tls_key()
+        .and_then(|key| crate::cluster::address::unnamed_host(key, &url))
+    {
+        tracing::warn!(
+            %url,
+            "this node's certificate does not name {host}, the host of its internal URL: other \
+             nodes will refuse to pass requests on to it; set cluster.internal_url to a name \
+             the certificate has"
+        );
+    }
     node.cluster.set_internal_url(url);
     let copied = node.cluster.copy_user_groups().await;
     tracing::info!(copied, "user-group memberships copied from the other nodes");

@@ -31,6 +31,23 @@ pub(crate) fn internal_url(
     format!("{}://{address}", config.listen_scheme())
 }
 
+/// The host of an https `url` when `key`'s certificate does not name it: other nodes would
+/// refuse this node's certificate there (see `peer_tls`), so that is worth saying at start.
+pub(crate) fn unnamed_host(key: &rustls::sign::CertifiedKey, url: &str) -> Option<String> {
+    let url = url::Url::parse(url)
+        .ok()
+        .filter(|u| u.scheme() == "https")?;
+    let host = match url.host()? {
+        url::Host::Ipv6(ip) => ip.to_string(),
+        other => other.to_string(),
+    };
+    let name = rustls_pki_types::ServerName::try_from(host.clone()).ok()?;
+    let leaf = rustls::server::ParsedCertificate::try_from(key.cert.first()?).ok()?;
+    rustls::client::verify_server_name(&leaf, &name)
+        .is_err()
+        .then_some(host)
+}
+
 /// The local address this host sends from to reach `(host, port)` (no packet is sent: a UDP
 /// connect only picks the route).
 fn routed_from(bind: IpAddr, (host, port): (String, u16)) -> Option<IpAddr> {
@@ -54,6 +71,29 @@ mod tests {
         assert_eq!(
             internal_url(&config, specific, None),
             "http://127.0.0.2:9000"
+        );
+    }
+
+    #[test]
+    fn a_certificate_that_does_not_name_the_internal_host_is_noticed() {
+        use rustls_pki_types::pem::PemObject;
+        let leaf = switchyard_testkit::tls::TestCa::new().leaf("n1");
+        let key = rustls::sign::CertifiedKey::from_der(
+            vec![leaf.der.clone()],
+            rustls_pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+            &crate::tls::provider(),
+        )
+        .unwrap();
+        assert_eq!(unnamed_host(&key, "https://localhost:8443"), None);
+        assert_eq!(unnamed_host(&key, "https://127.0.0.1:8443"), None);
+        assert_eq!(unnamed_host(&key, "http://n1.internal:8080"), None);
+        assert_eq!(
+            unnamed_host(&key, "https://n1.internal:8443").as_deref(),
+            Some("n1.internal")
+        );
+        assert_eq!(
+            unnamed_host(&key, "https://[::1]:8443").as_deref(),
+            Some("::1")
         );
     }
 }
