@@ -106,11 +106,18 @@ pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// The client's address: the socket's peer, or, when the peer is a trusted proxy, the
-/// nearest address in `X-Forwarded-For` that is not one.
+/// nearest address in `X-Forwarded-For` that is not one; for a request another node passed
+/// on, the address that node computed and vouched for (not its `X-Forwarded-For`).
 pub(crate) fn client_ip(
     request: &axum::http::request::Parts,
     config: &ValidConfig,
 ) -> Option<std::net::IpAddr> {
+    if let Some(vouched) = request
+        .extensions
+        .get::<crate::cluster::assertion::Vouched>()
+    {
+        return vouched.client;
+    }
     let peer = request
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()

@@ -42,6 +42,10 @@ fn app_routes(node: &Arc<Node>, with_metrics: bool) -> HttpRouter {
     }
     router
         .fallback(no_route)
+        .layer(axum::middleware::from_fn_with_state(
+            node.cluster.clone(),
+            crate::cluster::vouched_layer,
+        ))
         .layer(axum::middleware::from_fn_with_state(cors, cors::layer))
 }
 

@@ -626,6 +626,10 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
         .filter(|id| !id.is_empty())
         .map(str::to_string);
     if let Some(node) = id.as_deref().and_then(|id| elsewhere(&clients, &parts, id)) {
+        let vouched = crate::cluster::assertion::Vouched {
+            client: crate::http::client_ip(&parts, clients.config()),
+            token,
+        };
         let request = Request::from_parts(parts, body);
         let (cluster, metrics) = (&clients.cluster, clients.metrics());
         return cluster
@@ -636,6 +640,7 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
                 &hub,
                 node,
                 request,
+                &vouched,
                 "No Connection with that ID",
             )
             .await;

@@ -13,6 +13,8 @@
 //! - `sync`: the user-group table copied from the other nodes, at start and after an outage.
 //! - `address`: where the other nodes reach this node over HTTP.
 //! - `proxy`: requests for connections another node holds, passed on to it.
+//! - `assertion`: what the passing node vouches for (the client's token and address), which
+//!   the owner checks instead of credentials; [`vouched_layer`] checks it on every request.
 //! - here: [`Cluster`]: asking, publishing, and the node's questions about the others.
 //!
 //! A new node-to-node question is a variant in `question`, its answer in `answer` (or a
@@ -21,6 +23,7 @@
 pub(crate) mod address;
 mod answer;
 mod asks;
+pub(crate) mod assertion;
 mod control;
 pub(crate) mod members;
 pub(crate) mod proxy;
@@ -63,6 +66,8 @@ pub struct Cluster {
     /// Where the re-sync of the user-group table after an outage stands.
     resync: parking_lot::Mutex<sync::Resync>,
     proxy: proxy::Proxy,
+    /// The cluster's keys (as the backplane's): assertions between nodes are made with them.
+    seal: switchyard_backplane::envelope::Seal,
 }
 
 // The backplane holds the node's sink (and so its router), and the router holds the
@@ -116,6 +121,7 @@ impl Cluster {
         );
         Cluster {
             proxy: proxy::Proxy::new(&config.timeouts),
+            seal: config.cluster_seal(),
             resync: parking_lot::Mutex::default(),
             ask_timeout: config.cluster.ask_timeout,
             backplane,
@@ -131,6 +137,10 @@ impl Cluster {
 
     pub fn node_id(&self) -> &NodeId {
         &self.node_id
+    }
+
+    pub(crate) fn seal(&self) -> &switchyard_backplane::envelope::Seal {
+        &self.seal
     }
 
     /// Whether other processes' nodes share this node's backplane.
@@ -287,13 +297,22 @@ impl Cluster {
     /// The URL other nodes reach `node` at over HTTP.
     pub(crate) async fn address_of(&self, hub: &HubName, node: &str) -> Lookup {
         let channel = Channel::Node(node.to_string());
+        // Only an origin settles it: a forged answer must not cut the real one off.
         let gathered = self
-            .ask(hub, channel, Question::Address, |a| {
-                matches!(a, Answer::At(_))
-            })
+            .ask(
+                hub,
+                channel,
+                Question::Address,
+                |a| matches!(a, Answer::At(url) if address::is_node_origin(url)),
+            )
             .await;
         let found = gathered.answers.into_iter().find_map(|a| match a {
-            Answer::At(url) => Some(url),
+            Answer::At(url) if address::is_node_origin(&url) => Some(url),
+            Answer::At(url) => {
+                address::refused(node, &url);
+                self.metrics.cluster_addresses_refused.inc();
+                None
+            }
             _ => None,
         });
         match (found, gathered.complete) {
@@ -385,4 +404,45 @@ pub(crate) enum Lookup {
     /// Could not be told: the backplane did not take the question, or a reader did not answer
     /// in time.
     Unknown,
+}
+
+/// Every request: one marked as passed on by another node (`x-switchyard-forwarded-by`)
+/// counts only with that node's assertion, which then stands in for the client's token and
+/// address (a [`assertion::Vouched`] extension); without one it is refused with 403, as the
+/// mark is anyone's to send. Outside a cluster the mark means nothing and is dropped.
+pub(crate) async fn vouched_layer(
+    axum::extract::State(cluster): axum::extract::State<Arc<Cluster>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let checked = request.headers().get(proxy::FORWARDED_BY).map(|by| {
+        assertion::check(
+            &cluster.seal,
+            by.to_str().unwrap_or(""),
+            request.method(),
+            request.uri().path_and_query().map_or("/", |p| p.as_str()),
+            request.headers().get(assertion::ASSERTION),
+            assertion::unix_now(),
+        )
+    });
+    match checked {
+        None => {}
+        Some(_) if !cluster.in_cluster() => {
+            request.headers_mut().remove(proxy::FORWARDED_BY);
+        }
+        Some(Ok(vouched)) => {
+            request.extensions_mut().insert(vouched);
+        }
+        Some(Err(why)) => {
+            tracing::debug!(why, "refusing a request marked as passed on by a node");
+            return crate::http::text_error(
+                axum::http::StatusCode::FORBIDDEN,
+                format!(
+                    "{} is only for requests one node passes to another: {why}",
+                    proxy::FORWARDED_BY
+                ),
+            );
+        }
+    }
+    next.run(request).await
 }

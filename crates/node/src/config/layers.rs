@@ -24,6 +24,8 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "cluster.backplane",
     "cluster.node_id",
     "cluster.internal_url",
+    "cluster.secret",
+    "cluster.secondary_secret",
     "tls.cert",
     "tls.key",
     "upstream.ca_file",

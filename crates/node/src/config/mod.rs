@@ -126,6 +126,23 @@ impl Config {
         self.access_key.is_none()
     }
 
+    /// The keys of the cluster: `cluster.secret` (and `cluster.secondary_secret`) when set,
+    /// else the access keys, so rotating those rotates these; in development mode the
+    /// Emulator's public key, which authenticates nothing (such a node listens on loopback
+    /// only). Senders seal with the first; receivers accept all.
+    pub fn cluster_seal(&self) -> switchyard_backplane::envelope::Seal {
+        use switchyard_backplane::envelope::Seal;
+        let (primary, secondary) = match &self.cluster.secret {
+            Some(secret) => (secret, &self.cluster.secondary_secret),
+            None => match &self.access_key {
+                Some(key) => (key, &self.secondary_access_key),
+                None => return Seal::development(),
+            },
+        };
+        let also: Vec<&[u8]> = secondary.iter().map(|s| s.as_bytes()).collect();
+        Seal::from_secrets(primary.as_bytes(), &also)
+    }
+
     /// Checks every setting and keeps what the checks parsed.
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let templates = self.check()?;
