@@ -480,6 +480,47 @@ mod tests {
         assert!(sealed.as_ptr_range().contains(&json.as_ptr()), "copied");
     }
 
+    /// What sealing costs per 2 KiB send, printed, not asserted (timings vary by machine):
+    /// `cargo test -p switchyard-backplane --release --lib -- --ignored --nocapture seal_cost`.
+    #[test]
+    #[ignore]
+    fn seal_cost() {
+        let message = Message::Send {
+            hub: hub(),
+            target: Target::All { excluded: vec![] },
+            payloads: Payloads::new().with(Protocol::Json, Bytes::from(vec![b'x'; 2048])),
+        };
+        let seal = Seal::from_secrets(b"a cluster secret of 32 characters", &[b"next"]);
+        let stamp = Stamp {
+            origin: 1,
+            seq: 1,
+            asked: false,
+        };
+        let rounds = 200_000u32;
+        let time = |what: &str, f: &mut dyn FnMut()| {
+            let start = std::time::Instant::now();
+            for _ in 0..rounds {
+                f();
+            }
+            let each = start.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+            println!("{what}: {each:.3} µs per 2 KiB envelope");
+        };
+        let bare = encode(stamp, &message);
+        let sealed = encode_sealed(stamp, &message, &seal);
+        time("encode", &mut || {
+            std::hint::black_box(encode(stamp, &message));
+        });
+        time("encode_sealed", &mut || {
+            std::hint::black_box(encode_sealed(stamp, &message, &seal));
+        });
+        time("decode", &mut || {
+            std::hint::black_box(decode(&bare).unwrap());
+        });
+        time("open (check + decode)", &mut || {
+            std::hint::black_box(open(&sealed, &seal).unwrap());
+        });
+    }
+
     #[test]
     fn other_close_reasons_travel_as_shutdown() {
         let message = Message::Close {

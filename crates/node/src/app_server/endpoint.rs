@@ -68,7 +68,6 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
                 .proxy()
                 .forward(
                     &app.cluster,
-                    &app.shared.metrics,
                     &hub,
                     &node,
                     request,

@@ -631,12 +631,11 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
             token,
         };
         let request = Request::from_parts(parts, body);
-        let (cluster, metrics) = (&clients.cluster, clients.metrics());
+        let cluster = &clients.cluster;
         return cluster
             .proxy()
             .forward(
                 cluster,
-                metrics,
                 &hub,
                 node,
                 request,

@@ -138,14 +138,13 @@ impl Proxy {
     pub(crate) async fn forward(
         &self,
         cluster: &Cluster,
-        metrics: &Metrics,
         hub: &HubName,
         node: &str,
         request: Request,
         vouched: &Vouched,
         missing: &'static str,
     ) -> Response {
-        self.try_forward(cluster, metrics, hub, node, request, vouched)
+        self.try_forward(cluster, hub, node, request, vouched)
             .await
             .unwrap_or_else(|| text_error(StatusCode::NOT_FOUND, missing))
     }
@@ -154,12 +153,12 @@ impl Proxy {
     pub(crate) async fn try_forward(
         &self,
         cluster: &Cluster,
-        metrics: &Metrics,
         hub: &HubName,
         node: &str,
         request: Request,
         vouched: &Vouched,
     ) -> Option<Response> {
+        let metrics = &*cluster.metrics;
         let unreachable = |metrics: &Metrics| {
             metrics
                 .cluster_requests_forwarded
