@@ -105,6 +105,11 @@ pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
+/// The client's address that the node which passed a request on computed, as its assertion
+/// says (set by `cluster::vouched_layer` once the assertion holds).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VouchedClient(pub(crate) Option<std::net::IpAddr>);
+
 /// The client's address: the socket's peer, or, when the peer is a trusted proxy, the
 /// nearest address in `X-Forwarded-For` that is not one; for a request another node passed
 /// on, the address that node computed and vouched for (not its `X-Forwarded-For`).
@@ -112,11 +117,8 @@ pub(crate) fn client_ip(
     request: &axum::http::request::Parts,
     config: &ValidConfig,
 ) -> Option<std::net::IpAddr> {
-    if let Some(vouched) = request
-        .extensions
-        .get::<crate::cluster::assertion::Vouched>()
-    {
-        return vouched.client;
+    if let Some(VouchedClient(client)) = request.extensions.get() {
+        return *client;
     }
     let peer = request
         .extensions

@@ -431,7 +431,9 @@ pub(crate) async fn vouched_layer(
             request.headers_mut().remove(proxy::FORWARDED_BY);
         }
         Some(Ok(vouched)) => {
-            request.extensions_mut().insert(vouched);
+            let extensions = request.extensions_mut();
+            extensions.insert(crate::http::VouchedClient(vouched.client));
+            extensions.insert(vouched);
         }
         Some(Err(why)) => {
             tracing::debug!(why, "refusing a request marked as passed on by a node");
