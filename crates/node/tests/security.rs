@@ -647,6 +647,26 @@ async fn tokens_may_be_capped_in_lifetime() {
     assert!(switchyard_client::negotiate(&aud, &short, 1).await.is_ok());
 }
 
+/// By default a token may live a day: a 31-year token is refused, a 23-hour one is not.
+#[tokio::test]
+async fn tokens_live_a_day_at_most_by_default() {
+    let server = TestServer::start_with(Config::default()).await;
+    let aud = server.client_url("chat");
+    let token = |lifetime: u64| {
+        TokenBuilder::new(&aud)
+            .lifetime(Duration::from_secs(lifetime))
+            .sign(&server.key(), now())
+    };
+    let refused = switchyard_client::negotiate(&aud, &token(31 * 365 * 24 * 3600), 1).await;
+    assert!(
+        matches!(refused, Err(switchyard_client::ClientError::Negotiate { status: 401, ref body }) if body.contains("max_token_lifetime")),
+        "{refused:?}"
+    );
+    assert!(switchyard_client::negotiate(&aud, &token(23 * 3600), 1)
+        .await
+        .is_ok());
+}
+
 // ---------------------------------------------------------------------------------------
 // Identity: what each kind of token may do, every combination
 // ---------------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ pub struct Limits {
     /// Open sockets from one source address; 0 = unlimited. Default 0.
     pub max_connections_per_address: usize,
     /// Longest lifetime (`exp` − `iat`, or `exp` − now without `iat`) a token may have; 0 =
-    /// no cap. Default 0.
+    /// no cap. Default 24 h: a leaked token (in a log, a browser's history) stops working
+    /// within a day, while the SDKs' own tokens live 1 h.
     #[serde(with = "humantime_serde")]
     pub max_token_lifetime: Duration,
     /// App-server connections this node holds, every hub together; 0 = unlimited. Over it the
@@ -193,7 +194,7 @@ impl Default for Limits {
             max_http_connections: 0,
             reserved_http_connections: 64,
             max_connections_per_address: 0,
-            max_token_lifetime: Duration::ZERO,
+            max_token_lifetime: Duration::from_secs(24 * 3600),
             max_server_connections: 10_000,
             max_server_connections_per_hub: 1_000,
             max_relay_buffered_bytes: 256 * 1024 * 1024,
