@@ -135,8 +135,8 @@ async fn from_anyone_else_forwarded_headers_are_the_services_own() {
 }
 
 /// `Asrs-*` and `X-Asrs-*` headers are the service's to set (the SDK believes
-/// `Asrs-Migrate-From` and `Asrs-Is-Diagnostic-Client`): a client's own used to reach the app
-/// server. The service's `Asrs-Instance-Id` is still there, and a token's `asrs.s.dc` claim
+/// `Asrs-Migrate-From` and `Asrs-Is-Diagnostic-Client`), `X-Switchyard-*` the nodes': a
+/// client's own used to reach the app server. The service's `Asrs-Instance-Id` is still there, and a token's `asrs.s.dc` claim
 /// (signed by the app server's negotiate) still marks a diagnostic client.
 #[tokio::test]
 async fn a_clients_own_asrs_headers_do_not_reach_the_app_server() {
@@ -145,6 +145,7 @@ async fn a_clients_own_asrs_headers_do_not_reach_the_app_server() {
         ("Asrs-Is-Diagnostic-Client", "true"),
         ("X-ASRS-Foo", "bar"),
         ("asrs-instance-id", "forged"),
+        ("x-switchyard-node-only", "1"),
         ("x-keep", "1"),
     ];
     let open = open_for(common::default_mode(), &forged).await;
@@ -152,6 +153,7 @@ async fn a_clients_own_asrs_headers_do_not_reach_the_app_server() {
         "asrs-migrate-from",
         "asrs-is-diagnostic-client",
         "x-asrs-foo",
+        "x-switchyard-node-only",
     ] {
         assert_eq!(values(&open, name), None, "{name}: {:?}", open.headers);
     }

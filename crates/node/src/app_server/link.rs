@@ -56,9 +56,12 @@ const FORWARDING_HEADERS: &[&str] = &[
 ];
 
 /// Headers only the service sets (`Asrs-Migrate-From`, `Asrs-Is-Diagnostic-Client`, …): a
-/// client's own would mislead the SDK. Header names arrive lower-case.
+/// client's own would mislead the SDK; `X-Switchyard-*` pass between nodes only. Header
+/// names arrive lower-case.
 fn service_only(name: &str) -> bool {
-    name.starts_with("asrs-") || name.starts_with("x-asrs-")
+    ["asrs-", "x-asrs-", "x-switchyard-"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
 }
 
 /// JWT claim names as .NET's token handler maps them on the way in; the SDK rebuilds the
