@@ -213,17 +213,8 @@ impl ClientConnection {
             upstream.capture(&request.uri);
         }
         if let Some(link) = self.link.lock().as_mut() {
-            let peer = request
-                .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|info| info.0);
-            let trusted = peer.is_some_and(|peer| clients.config().is_trusted_proxy(peer.ip()));
-            link.set_connect_info(ConnectInfo::capture(
-                &request.headers,
-                &request.uri,
-                peer,
-                trusted,
-            ));
+            let origin = crate::http::ClientOrigin::of(request, clients.config());
+            link.set_connect_info(ConnectInfo::capture(&request.headers, &request.uri, origin));
         }
     }
 
