@@ -83,6 +83,44 @@ async fn a_v0_session_belongs_to_whoever_negotiated_it() {
     assert_eq!(again.poll(&id).await.status(), 200);
 }
 
+/// Anonymous tokens with the same claims are one owner, so a v0 session (found by its public
+/// connection id) used to be open to every anonymous visitor: another one sent on it (200)
+/// and ended it (202). It is bound to the address that negotiated it.
+#[tokio::test]
+async fn an_anonymous_v0_session_belongs_to_its_address() {
+    let mut config = Config::default();
+    config.timeouts.long_poll_timeout = Duration::from_millis(500);
+    let server = TestServer::start_with(config).await;
+    let visitor = |address: &str| Http {
+        client: reqwest::Client::builder()
+            .local_address(address.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap(),
+        base: server.client_url("chat"),
+        token: server.token("chat", None),
+    };
+    let (first, second) = (visitor("127.0.0.1"), visitor("127.0.0.2"));
+    let negotiated = switchyard_client::negotiate(&first.base, &first.token, 0)
+        .await
+        .unwrap();
+    let id = negotiated.connection_id;
+    assert_eq!(first.poll(&id).await.status(), 200);
+    assert_eq!(first.post(&id, HANDSHAKE_JSON).await.status(), 200);
+    assert_eq!(&first.poll(&id).await.bytes().await.unwrap()[..], b"{}\x1e");
+    let invocation = b"{\"type\":1,\"target\":\"x\",\"arguments\":[]}\x1e";
+    assert_eq!(
+        second.post(&id, invocation).await.status(),
+        404,
+        "sent on it"
+    );
+    assert_eq!(second.delete(&id).await.status(), 404, "ended it");
+    assert_eq!(second.poll(&id).await.status(), 404, "read its poll");
+    // The visitor itself, with a fresh token of the same claims, still can.
+    let again = visitor("127.0.0.1");
+    assert_eq!(again.post(&id, b"{\"type\":6}\x1e").await.status(), 200);
+    assert_eq!(again.delete(&id).await.status(), 202);
+}
+
 /// The same check holds for negotiate v1's connection token (defence in depth).
 #[tokio::test]
 async fn a_v1_connection_token_is_bound_to_its_user_too() {

@@ -74,6 +74,9 @@ pub(crate) struct ClientConnection {
     pub(crate) key: Box<str>,
     /// Who negotiated it (`Clients::owner_of`): later requests must be theirs.
     owner: u64,
+    /// Anonymous and found by its public connection id: `owner` includes the client's
+    /// address (`Clients::bound_owner`).
+    bound_to_address: bool,
     /// Who waits for it while it has no transport (`Clients::pending_key`).
     pending_key: u64,
     pub(crate) connection: Arc<Connection>,
@@ -159,9 +162,15 @@ impl ClientConnection {
             _ => None,
         };
         let now = clients.now_ms();
+        let bound_to_address = token.user_id().is_none() && key == id.as_str();
+        let mut owner = clients.owner_of(&token);
+        if bound_to_address {
+            owner = clients.bound_owner(owner, source);
+        }
         Arc::new(ClientConnection {
             key: key.into_boxed_str(),
-            owner: clients.owner_of(&token),
+            owner,
+            bound_to_address,
             pending_key: clients.pending_key(&token, source),
             connection: Arc::new(Connection::new(
                 id,
@@ -651,7 +660,8 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
     let Some(id) = id else {
         return text_error(StatusCode::BAD_REQUEST, "Connection ID required");
     };
-    let Some(client) = clients.get_owned(&id, &hub, &token) else {
+    let source = crate::http::client_ip(&parts, clients.config());
+    let Some(client) = clients.get_owned(&id, &hub, &token, source) else {
         return text_error(StatusCode::NOT_FOUND, "No Connection with that ID");
     };
     let wants_sse = parts

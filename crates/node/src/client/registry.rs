@@ -176,7 +176,8 @@ impl Clients {
     /// claims but the times (`exp`, `iat`, `nbf`), so a client whose token factory signs a
     /// fresh token per request stays the same owner. Later requests of a connection must come
     /// from the same owner. (Anonymous tokens with equal claims are indistinguishable: for
-    /// them only negotiate v1's secret connection token keeps sessions apart.)
+    /// them negotiate v1's secret connection token keeps sessions apart, and sessions found
+    /// by their public id are also bound to an address, see [`Clients::bound_owner`].)
     pub(crate) fn owner_of(&self, token: &VerifiedToken) -> u64 {
         let mut hasher = self.owners.build_hasher();
         match token.user_id() {
@@ -193,18 +194,30 @@ impl Clients {
         hasher.finish()
     }
 
-    /// The connection `key` names, if it belongs to `hub` and to the token's owner. Anything
-    /// else looks like an unknown id, so ids cannot be probed with another user's token.
+    /// An anonymous owner tied to the client address it came from: for sessions found by
+    /// their connection id (negotiate v0, WebSockets without negotiate), which other clients
+    /// can learn, the address is what tells two anonymous visitors apart.
+    pub(crate) fn bound_owner(&self, owner: u64, source: Option<IpAddr>) -> u64 {
+        self.owners.hash_one(("bound", owner, source))
+    }
+
+    /// The connection `key` names, if it belongs to `hub` and to the token's owner (and, for
+    /// an anonymous session found by its id, comes from its address: `source`, the request's
+    /// client address). Anything else looks like an unknown id, so ids cannot be probed with
+    /// another user's token.
     pub(crate) fn get_owned(
         &self,
         key: &str,
         hub: &HubName,
         token: &VerifiedToken,
+        source: Option<IpAddr>,
     ) -> Option<Arc<ClientConnection>> {
         let client = self.get(key)?;
-        let owned = !client.is_finished()
-            && client.hub.name() == hub
-            && client.owner == self.owner_of(token);
+        let mut owner = self.owner_of(token);
+        if client.bound_to_address {
+            owner = self.bound_owner(owner, source);
+        }
+        let owned = !client.is_finished() && client.hub.name() == hub && client.owner == owner;
         owned.then_some(client)
     }
 
