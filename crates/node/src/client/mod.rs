@@ -79,6 +79,8 @@ pub(crate) struct ClientConnection {
     bound_to_address: bool,
     /// Who waits for it while it has no transport (`Clients::pending_key`).
     pending_key: u64,
+    /// Where it waits from (`Clients::pending_address`; 0: not counted).
+    pending_address: u64,
     pub(crate) connection: Arc<Connection>,
     pub(crate) hub: Arc<Hub>,
     /// When the token's `asrs.s.coae` asks to close the connection (unix seconds);
@@ -172,6 +174,7 @@ impl ClientConnection {
             owner,
             bound_to_address,
             pending_key: clients.pending_key(&token, source),
+            pending_address: clients.pending_address(source),
             connection: Arc::new(Connection::new(
                 id,
                 user,
@@ -508,6 +511,9 @@ pub(crate) fn create_client(
     // Checked before any work so a flood of connects costs little.
     if clients.at_connection_limit() {
         return Err(Refusal::Full.into_error());
+    }
+    if clients.user_at_limit(&token) {
+        return Err(Refusal::UserFull.into_error());
     }
     // In a cluster the key names this node, so any node can pass later requests here.
     let named = |random: String| match clients.cluster.in_cluster() {
