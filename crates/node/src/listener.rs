@@ -147,15 +147,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         self.metrics.http_connections.dec();
         self.gate.open.fetch_sub(1, Ordering::AcqRel);
-        if let Some(address) = self.address {
-            let mut by_address = self.gate.by_address.lock();
-            if let Some(count) = by_address.get_mut(&address) {
-                *count -= 1;
-                if *count == 0 {
-                    by_address.remove(&address);
-                }
-            }
-        }
+        self.gate.release_address(self.address);
     }
 }
 
@@ -177,38 +169,57 @@ impl Gate {
         exempt: bool,
         metrics: &Arc<Metrics>,
     ) -> Result<(Ticket, bool), Refused> {
+        // The address first: a socket it refuses must not make another give way.
+        let address = (self.caps.per_address != 0 && !exempt).then_some(peer);
+        if let Some(address) = address {
+            let mut by_address = self.by_address.lock();
+            let count = by_address.entry(address).or_insert(0);
+            if *count >= self.caps.per_address {
+                return Err(Refused::Address);
+            }
+            *count += 1;
+        }
         let take = |limit: usize| {
             self.open
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                     (n < limit).then_some(n + 1)
                 })
         };
-        let open = match take(self.caps.max) {
+        let taken = take(self.caps.max).or_else(|_| {
+            if !self.evict_one() {
+                return Err(Refused::Full);
+            }
+            refused(metrics, Refused::Evicted);
+            take(self.caps.max + EVICTION_SLACK).map_err(|_| Refused::Full)
+        });
+        let open = match taken {
             Ok(open) => open,
-            Err(_) => {
-                if !self.evict_one() {
-                    return Err(Refused::Full);
-                }
-                refused(metrics, Refused::Evicted);
-                take(self.caps.max + EVICTION_SLACK).map_err(|_| Refused::Full)?
+            Err(why) => {
+                self.release_address(address);
+                return Err(why);
             }
         };
         metrics.http_connections.inc();
-        let mut ticket = Ticket {
+        let ticket = Ticket {
             gate: self.clone(),
-            address: None,
+            address,
             metrics: metrics.clone(),
         };
-        if self.caps.per_address != 0 && !exempt {
-            let mut by_address = self.by_address.lock();
-            let count = by_address.entry(peer).or_insert(0);
-            if *count >= self.caps.per_address {
-                return Err(Refused::Address);
-            }
-            *count += 1;
-            ticket.address = Some(peer);
-        }
         Ok((ticket, open >= self.caps.max - self.caps.reserved))
+    }
+
+    /// Gives back a place of `address` under `max_connections_per_address`.
+    fn release_address(&self, address: Option<IpAddr>) {
+        let Some(address) = address else {
+            return;
+        };
+        let mut by_address = self.by_address.lock();
+        if let Some(count) = by_address.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                by_address.remove(&address);
+            }
+        }
     }
 
     /// Keeps a new socket's activity, for [`Gate::evict_one`].
