@@ -844,7 +844,9 @@ async fn the_floor_runs_the_scenarios_it_is_for() {
         let outcome = bench(&format!("floor-{scenario}"), &args(scenario, &all)).await;
         let report = assert_complete(&format!("floor {scenario}"), &outcome);
         assert_eq!(report.target, "floor");
-        let service = report.service.expect("the floor's CPU and memory are sampled");
+        let service = report
+            .service
+            .expect("the floor's CPU and memory are sampled");
         assert!(service.system_seconds <= service.cpu_seconds, "{service:?}");
     }
     let outcome = bench("floor-idle", &args("idle", &["-c", "20", "--floor"])).await;

@@ -252,7 +252,7 @@ async fn socket_caps_keep_a_reserve_for_operators() {
         // place of the oldest socket doing nothing, the first silent one.
         held.push(StdTcpStream::connect(addr).unwrap());
         std::thread::sleep(Duration::from_millis(100));
-        let (over, health) = exchange("GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n".into());
+        let (over, health) = exchange("GET /api/health HTTP/1.1\r\nHost: localhost\r\n\r\n".into());
         assert!(health.starts_with("HTTP/1.1 200"), "{health}");
         assert!(
             closed_within(&mut held[0], Duration::from_secs(2)),
@@ -337,7 +337,7 @@ fn answered(addr: std::net::SocketAddr, path: &str) -> bool {
         return false;
     };
     stream.set_read_timeout(Some(bound)).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     if stream.write_all(request.as_bytes()).is_err() {
         return false;
     }
