@@ -65,7 +65,8 @@ pub struct Metrics {
     pub http_connections: Gauge,
     /// Sockets not served, by reason: `full` (limits.max_http_connections), `per_address`
     /// (limits.max_connections_per_address), `reserved` (a request in the reserve that is
-    /// not health, metrics or an app server).
+    /// not health, metrics or an app server); `evicted`: a socket doing nothing closed at the
+    /// cap to make room for a new one.
     pub http_connections_refused: Family<ReasonLabel, Counter>,
     /// Questions to other nodes that not every node answered within `cluster.ask_timeout`.
     pub cluster_asks_incomplete: Counter,
@@ -190,7 +191,7 @@ impl Metrics {
         r.register("server_messages_received", "Service-protocol messages received from app servers", self.server_messages_received.clone());
         r.register("upstream_requests", "Upstream webhook requests, by category and outcome", self.upstream_requests.clone());
         r.register("http_connections", "Open HTTP sockets", self.http_connections.clone());
-        r.register("http_connections_refused", "Sockets or requests refused at the socket limits, by reason (full, per_address, reserved)", self.http_connections_refused.clone());
+        r.register("http_connections_refused", "Sockets or requests refused at the socket limits, by reason (full, per_address, reserved; evicted: an idle socket closed at the cap for a new one)", self.http_connections_refused.clone());
         r.register("cluster_asks_incomplete", "Questions to other nodes that not every node answered within cluster.ask_timeout", self.cluster_asks_incomplete.clone());
         r.register("cluster_requests_forwarded", "Client transport requests passed on to the node holding the connection, by outcome (ok, unreachable)", self.cluster_requests_forwarded.clone());
         r.register("cluster_addresses_refused", "Answers to where a node is that were not a node's origin (http(s)://host:port, no path): refused, nothing passed on to them", self.cluster_addresses_refused.clone());
