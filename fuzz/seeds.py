@@ -11,6 +11,7 @@ Usage: python3 fuzz/seeds.py
 """
 
 import hashlib
+import hmac
 import json
 import os
 import struct
@@ -317,6 +318,15 @@ def backplane_envelope():
         # Cut inside the control body, so that its strict prefix is checked too.
         seed("backplane_envelope", envelope, cut=len(envelope) - 2)
     seed("backplane_envelope", b"garbage", cut=3)
+    # Sealed as on the network: the envelope, then HMAC-SHA256 under the key derived from
+    # the target's KEY (crates/backplane/src/envelope/seal.rs: HMAC(secret, label)).
+    key = hmac.new(b"switchyard fuzz cluster key", b"switchyard cluster v1", hashlib.sha256).digest()
+    for envelope in [arr(v, origin, u(7), u(0), hub, targets[0], payloads),
+                     arr(v, origin, u(8), u(1), hub, s("c"), s("g")),
+                     arr(v, origin, u(20), u(7), hub, body(controls[6]))]:
+        tag = hmac.new(key, envelope, hashlib.sha256).digest()
+        seed("backplane_envelope", envelope + tag)
+        seed("backplane_envelope", envelope + tag, cut=len(envelope) + 5)
 
 
 def admin_hub():

@@ -460,18 +460,26 @@ pub mod handshake {
     }
 }
 
-/// Target `backplane_envelope`: the envelope nodes exchange through the backplane.
+/// Target `backplane_envelope`: the envelope nodes exchange through the backplane, bare and
+/// sealed (the form on the network: the envelope, then its HMAC under the cluster's key).
 pub mod backplane_envelope {
     use bytes::Bytes;
-    use switchyard_backplane::envelope::{decode, encode};
+    use switchyard_backplane::envelope::{
+        decode, encode, encode_sealed, open, OpenError, Seal, TAG_LEN,
+    };
     use switchyard_core::Message;
 
     use crate::Input;
+
+    /// The key the seeds' sealed envelopes are sealed with (fuzz/seeds.py).
+    pub const KEY: &[u8] = b"switchyard fuzz cluster key";
 
     pub fn check(data: &[u8]) {
         let input = Input::parse(data);
         let (first, _) = input.parts();
         let whole = Bytes::copy_from_slice(input.payload);
+        let seal = Seal::from_secrets(KEY, &[]);
+        sealed(&whole, &seal, input.cut);
         let all = decode(&whole);
         // An envelope arrives whole or not at all: a strict prefix of a good one is an error.
         if first.len() < whole.len() && all.is_ok() {
@@ -487,11 +495,54 @@ pub mod backplane_envelope {
                 Ok((stamp, message.clone())),
                 "envelope round trip"
             );
+            // Sealed, it opens under the key to the same, and under no other key; a changed
+            // byte anywhere (the knob's cut picks it) makes it unauthenticated.
+            let sealed = encode_sealed(stamp, &message, &seal);
+            assert_eq!(sealed.len(), encoded.len() + TAG_LEN);
+            assert_eq!(open(&sealed, &seal), Ok((stamp, message.clone())));
+            let stranger = Seal::from_secrets(b"another cluster", &[]);
+            assert_eq!(open(&sealed, &stranger), Err(OpenError::Unauthenticated));
+            let mut changed = sealed.to_vec();
+            changed[input.cut % sealed.len()] ^= 0x01;
+            assert_eq!(
+                open(&Bytes::from(changed), &seal),
+                Err(OpenError::Unauthenticated)
+            );
             // The node's own reading of what rides inside.
             if let Message::Control { body, .. } = &message {
                 switchyard_node::fuzzing::control_body(body, input.cut.min(body.len()));
             }
         }
+    }
+
+    /// The input as a received message: it opens only with a good tag, and then to what the
+    /// bytes before the tag decode to; those bytes with a good tag open to that too, so
+    /// decoding is fuzzed behind the seal as well.
+    fn sealed(whole: &Bytes, seal: &Seal, cut: usize) {
+        match open(whole, seal) {
+            Ok((stamp, message)) => {
+                let inside = whole.slice(..whole.len() - TAG_LEN);
+                assert_eq!(decode(&inside), Ok((stamp, message)), "opened to another");
+            }
+            Err(OpenError::Envelope(_)) => {
+                assert!(whole.len() >= TAG_LEN, "a short message passed the seal");
+            }
+            Err(OpenError::Unauthenticated) => {}
+        }
+        let mut resealed = whole.to_vec();
+        resealed.extend_from_slice(&seal.tag(&[whole]));
+        let resealed = Bytes::from(resealed);
+        assert_eq!(
+            open(&resealed, seal),
+            decode(whole).map_err(OpenError::Envelope),
+            "the seal changed the reading"
+        );
+        // A cut anywhere in a sealed message leaves no valid tag.
+        let cut = cut.min(resealed.len().saturating_sub(1));
+        assert_eq!(
+            open(&resealed.slice(..cut), seal),
+            Err(OpenError::Unauthenticated)
+        );
     }
 }
 

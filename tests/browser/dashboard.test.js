@@ -151,35 +151,57 @@ describe('the dashboard (headless Chromium)', () => {
     if (service) await service.stop();
   });
 
-  it('refuses the page and the admin hub without a token', async () => {
+  it('asks for a token without one, refuses the admin hub without a good one, and takes one in its form', async () => {
     const refused = await browser.newPage();
     const refusedErrors = [];
     refused.on('console', (message) => {
       if (message.type() === 'error') refusedErrors.push(message.text());
     });
     const response = await refused.goto(`${service.baseUrl}/dashboard`);
-    assert.equal(response.status(), 401);
+    // The page holds no data: it is served, and asks for a token before it connects.
+    assert.equal(response.status(), 200);
+    await until('the sign-in form', async () => refused.locator('#sign-in').isVisible());
     assert.match(await refused.locator('#refusal').textContent(), /operators/);
     fs.mkdirSync(OUTPUT, { recursive: true });
     await refused.screenshot({ path: path.join(OUTPUT, 'dashboard-refused.png') });
-    // The page's own 401 is logged as a failed load; nothing else may be (the browser asks
-    // for /favicon.ico unless the page declares an icon). This is the first page the browser
-    // opens: Chromium does not ask again for an icon that failed once.
-    assert.deepEqual(refusedErrors.filter((line) => !/status of 401/.test(line)), [], 'the refused page logged no other error');
+    // Nothing was tried without a token, so nothing failed. This is the first page the
+    // browser opens: Chromium does not ask again for an icon that failed once.
+    assert.deepEqual(refusedErrors, [], 'the page asking for a token logged no error');
+    // A wrong token in the form is refused by the admin hub, and the page says so.
+    await refused.fill('#sign-in-token', 'not-a-token');
+    await refused.click('#sign-in-form button');
+    await until('the refusal of a wrong token', async () => /refused the token/.test(await refused.locator('#refusal').textContent()));
+    // A good one in the form opens it; it never appears in the address.
+    const { accessToken } = await adminUrl(service);
+    await refused.fill('#sign-in-token', accessToken);
+    await refused.click('#sign-in-form button');
+    await until('the link to the admin hub', async () => (await refused.locator('#link-state').textContent()) === 'connected');
+    assert.ok(!refused.url().includes(accessToken), 'the token is not in the address');
     await refused.close();
     const hubUrl = `${service.baseUrl.replace('http', 'ws')}/dashboard/hub`;
     assert.equal(await hubStatus(hubUrl), 401);
     const clientToken = signJwt(KEY, { aud: `${service.baseUrl}/client/?hub=${HUB}`, role: 'admin' });
     assert.equal(await hubStatus(`${hubUrl}?access_token=${clientToken}`), 401);
-    const { accessToken } = await adminUrl(service);
     assert.equal(await hubStatus(`${hubUrl}?access_token=${accessToken}`), 101);
+  });
+
+  it('ends a session when its token expires and asks for a fresh one', async () => {
+    const short = signJwt(KEY, { aud: `${service.baseUrl}/dashboard`, role: 'admin' }, { lifetimeSeconds: 3 });
+    const expiring = await browser.newPage();
+    await expiring.goto(`${service.baseUrl}/dashboard#access_token=${short}`);
+    await until('the link to the admin hub', async () => (await expiring.locator('#link-state').textContent()) === 'connected');
+    await until('the sign-in form after expiry', async () => expiring.locator('#sign-in').isVisible(), 15000);
+    assert.match(await expiring.locator('#refusal').textContent(), /expired/);
+    assert.equal(await expiring.locator('#link-state').textContent(), 'disconnected');
+    await expiring.close();
   });
 
   it('shows the clients, transports, protocols, groups, users, app servers and messages the test made', async () => {
     const { url } = await adminUrl(service);
     await page.goto(url);
-    // The token is taken out of the address bar.
-    await until('the address without the token', async () => !(await page.evaluate(() => location.search)));
+    // The token follows `#` (never sent to the service) and is taken out of the address bar.
+    assert.match(url, /\/dashboard#access_token=/);
+    await until('the address without the token', async () => !(await page.evaluate(() => location.hash + location.search)));
     await until('the link to the admin hub', async () => (await text('#link-state')) === 'connected');
     await until('the hub row with six connections', async () => (await hubCell('connections').catch(() => '')) === '6');
     assert.equal(await hubCell('websockets'), '3');

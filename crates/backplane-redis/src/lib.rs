@@ -241,7 +241,7 @@ impl Backplane for RedisBackplane {
             seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
             asked: false,
         };
-        let bytes = envelope::encode(stamp, &message);
+        let bytes = envelope::encode_sealed(stamp, &message, &self.shared.settings.seal);
         let names = channels.iter().map(|c| self.name(c, &message)).collect();
         let _ = self.publisher.send(Outgoing {
             names,
@@ -261,7 +261,7 @@ impl Backplane for RedisBackplane {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sent = self.publisher.send(Outgoing {
             names: vec![self.name(channel, &message)],
-            bytes: envelope::encode(stamp, &message),
+            bytes: envelope::encode_sealed(stamp, &message, &self.shared.settings.seal),
             receipt: Some(tx),
         });
         if sent.is_err() {
@@ -286,6 +286,7 @@ impl Backplane for RedisBackplane {
             publish_errors: get(&stats.publish_errors),
             received: get(&stats.received),
             decode_errors: get(&stats.decode_errors),
+            unauthenticated: get(&stats.unauthenticated),
             subscribe_errors: get(&stats.subscribe_errors),
         }
     }

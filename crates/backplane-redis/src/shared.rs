@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use switchyard_backplane::envelope::Seal;
+
 use crate::naming::Naming;
 use crate::topology::Cluster;
 
@@ -19,6 +21,10 @@ pub struct RedisSettings {
     /// How long a Redis command may take before it counts as failed. A Redis pause shorter
     /// than this loses nothing.
     pub response_timeout: Duration,
+    /// The cluster's keys: every envelope is sealed with the first, and one received is
+    /// decoded only when it is sealed with one of them. Default: [`Seal::development`],
+    /// which keeps out nobody who reads this; give the nodes' own.
+    pub seal: Seal,
 }
 
 impl RedisSettings {
@@ -27,6 +33,7 @@ impl RedisSettings {
             url: url.into(),
             prefix: "sy".into(),
             response_timeout: Duration::from_secs(10),
+            seal: Seal::development(),
         }
     }
 }
@@ -59,6 +66,9 @@ pub struct Stats {
     pub received: AtomicU64,
     /// Received payloads that did not decode: counted and dropped.
     pub decode_errors: AtomicU64,
+    /// Received payloads without a valid seal (not from a node of this cluster): dropped
+    /// before decoding.
+    pub unauthenticated: AtomicU64,
     /// Subscribe or unsubscribe commands that failed (retried).
     pub subscribe_errors: AtomicU64,
 }

@@ -55,6 +55,7 @@ pub(crate) async fn run(
         copies: Mutex::new(Copies::new(SWEEP_EVERY)),
         placed: Arc::new(Mutex::new(HashMap::new())),
         resync,
+        unauthenticated_logged: Mutex::new(None),
     };
     let Some(mut link) = open(&shared, &node, reader, &commands).await else {
         return; // detached before Redis answered
@@ -475,6 +476,8 @@ struct Reader {
     placed: Arc<Mutex<HashMap<String, Addr>>>,
     /// Asks the subscriber task to subscribe everything again.
     resync: mpsc::UnboundedSender<()>,
+    /// When an unsealed message was last logged.
+    unauthenticated_logged: Mutex<Option<std::time::Instant>>,
 }
 
 impl Reader {
@@ -512,9 +515,22 @@ impl Reader {
             return;
         };
         let bytes = Bytes::from(payload);
-        let (stamp, message) = match envelope::decode(&bytes) {
+        let (stamp, message) = match envelope::open(&bytes, &self.shared.settings.seal) {
             Ok(decoded) => decoded,
-            Err(error) => {
+            Err(envelope::OpenError::Unauthenticated) => {
+                // Anyone who can publish on Redis could otherwise steer every node. Logged
+                // at most once a minute per reader: a flood must not flood the log.
+                if self.log_unauthenticated() {
+                    tracing::warn!(
+                        channel = %String::from_utf8_lossy(&name),
+                        "dropping a backplane message not sealed with this cluster's secret \
+                         (not from a node of this cluster, or cluster.secret differs)"
+                    );
+                }
+                count(&self.shared.stats.unauthenticated);
+                return;
+            }
+            Err(envelope::OpenError::Envelope(error)) => {
                 tracing::warn!(%error, "dropping a backplane message that does not decode");
                 count(&self.shared.stats.decode_errors);
                 return;
@@ -535,6 +551,18 @@ impl Reader {
         if let Some(sink) = self.sink.upgrade() {
             sink.receive(&Arc::new(message));
         }
+    }
+}
+
+impl Reader {
+    /// Whether to log an unsealed message now: once a minute at most.
+    fn log_unauthenticated(&self) -> bool {
+        let mut last = self.unauthenticated_logged.lock();
+        let due = last.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60));
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
     }
 }
 

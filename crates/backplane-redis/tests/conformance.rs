@@ -78,12 +78,40 @@ fn undecodable_messages_are_counted_and_dropped() {
     let node = "n1".to_string();
     backplane.attach(&node, Arc::new(Nothing));
     runtime.block_on(backplane.barrier(&node));
+    // Not sealed: dropped before decoding, as not from a node of this cluster.
     assert_eq!(redis.cli(&["PUBLISH", "sy:all", "garbage"]), "1");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while backplane.stats().decode_errors.load(Ordering::Relaxed) == 0 {
-        assert!(std::time::Instant::now() < deadline, "not counted");
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    let stats = backplane.stats();
+    let counted = |counter: &std::sync::atomic::AtomicU64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while counter.load(Ordering::Relaxed) == 0 {
+            assert!(std::time::Instant::now() < deadline, "not counted");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    counted(&stats.unauthenticated);
+    // Sealed with the cluster's key (the default one here), but no envelope.
+    let seal = switchyard_backplane::envelope::Seal::development();
+    let mut sealed = b"garbage".to_vec();
+    sealed.extend_from_slice(&seal.tag(&[b"garbage"]));
+    raw_publish(redis.port, "sy:all", &sealed);
+    counted(&stats.decode_errors);
+    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 1);
+}
+
+/// PUBLISH with a binary payload (RESP by hand; redis-cli takes text arguments).
+fn raw_publish(port: u16, channel: &str, payload: &[u8]) {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut command = b"*3\r\n$7\r\nPUBLISH\r\n".to_vec();
+    for part in [channel.as_bytes(), payload] {
+        command.extend_from_slice(format!("${}\r\n", part.len()).as_bytes());
+        command.extend_from_slice(part);
+        command.extend_from_slice(b"\r\n");
     }
+    socket.write_all(&command).unwrap();
+    let mut reply = [0u8; 16];
+    let n = socket.read(&mut reply).unwrap();
+    assert_eq!(&reply[..n], b":1\r\n");
 }
 
 /// A Redis outage longer than the client library's default reconnect attempts (about 13 s):

@@ -98,6 +98,8 @@ pub struct Traffic {
     pub received: u64,
     /// Received messages that did not decode: counted and dropped.
     pub decode_errors: u64,
+    /// Received messages not sealed with a key of this cluster: dropped before decoding.
+    pub unauthenticated: u64,
     /// Subscription changes that failed (and are retried).
     pub subscribe_errors: u64,
 }

@@ -190,6 +190,16 @@ impl Children {
         )
     }
 
+    /// The floor (`switchyard-bench floor`, this binary) → its base URL.
+    pub fn start_floor(&mut self, hub: &str) -> Result<Started, String> {
+        let bin = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
+        self.start(
+            &bin,
+            &["floor", "--listen", "127.0.0.1:0", "--hub", hub],
+            "Peer listening on ",
+        )
+    }
+
     fn start(&mut self, bin: &Path, args: &[&str], prefix: &str) -> Result<Started, String> {
         let mut child = Command::new(bin)
             .args(args)

@@ -468,6 +468,7 @@ mod tests {
             pid: 1,
             at: std::time::Instant::now(),
             cpu_seconds: cpu,
+            system_seconds: cpu / 2.0,
             rss_kb: rss,
             hwm_kb: rss,
         }

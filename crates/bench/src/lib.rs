@@ -18,6 +18,8 @@
 //! - [`procstat`]: CPU and memory of the target from `/proc`; [`cluster`]: what the
 //!   coordinator samples from the nodes and Redis (processes, backplane counters, `INFO`).
 //! - [`dashboard`]: `--dashboard`, an operator's dashboard (and `--trace`) open during a run.
+//! - [`floor`]: `switchyard-bench floor`, the least server that moves the same bytes for the
+//!   same generator (`--floor`), so a run's service CPU can be divided by the machine's own.
 //! - [`children`]: the processes the tool starts (service, app server, peer), and a soak's
 //!   kills and restarts of nodes and Redis.
 //! - [`soak`]: a soak's per-phase accounting (what a receiver should have had while nodes
@@ -33,6 +35,7 @@ pub mod chart;
 pub mod children;
 pub mod cluster;
 pub mod dashboard;
+pub mod floor;
 pub mod hub;
 pub mod negotiate;
 pub mod procstat;

@@ -62,6 +62,8 @@ enum Command {
     },
     /// Run an app server (benchmark hub + negotiate endpoint) against a service.
     AppServer(AppServerArgs),
+    /// Serve the floor: the least server that moves a scenario's bytes (a run's `--floor`).
+    Floor(switchyard_bench::floor::FloorArgs),
     /// Internal: one load-generator process of --workers N.
     #[command(hide = true)]
     Worker,
@@ -117,6 +119,9 @@ fn main() -> ExitCode {
             Command::AppServer(args) => run_app_server(args, shutdown_signal())
                 .await
                 .map_err(|e| e.to_string()),
+            Command::Floor(args) => {
+                switchyard_bench::floor::run_floor(args, shutdown_signal()).await
+            }
             Command::Worker => switchyard_bench::run::serve_worker()
                 .await
                 .map_err(|e| e.to_string()),

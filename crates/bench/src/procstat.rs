@@ -13,6 +13,8 @@ pub struct Sample {
     pub at: std::time::Instant,
     /// utime + stime, seconds.
     pub cpu_seconds: f64,
+    /// stime, seconds.
+    pub system_seconds: f64,
     pub rss_kb: u64,
     pub hwm_kb: u64,
 }
@@ -36,6 +38,7 @@ pub fn sample(pid: u32) -> Option<Sample> {
         pid,
         at: std::time::Instant::now(),
         cpu_seconds: (utime + stime) as f64 / CLOCK_TICKS,
+        system_seconds: stime as f64 / CLOCK_TICKS,
         rss_kb: field("VmRSS:")?,
         hwm_kb: field("VmHWM:")?,
     })
@@ -48,6 +51,7 @@ pub fn sample_sum(pids: &[u32]) -> Option<Sample> {
     for &pid in pids {
         let one = sample(pid)?;
         sum.cpu_seconds += one.cpu_seconds;
+        sum.system_seconds += one.system_seconds;
         sum.rss_kb += one.rss_kb;
         sum.hwm_kb += one.hwm_kb;
     }
@@ -57,10 +61,12 @@ pub fn sample_sum(pids: &[u32]) -> Option<Sample> {
 /// Usage between two samples of the same process.
 pub fn usage(before: &Sample, after: &Sample) -> ProcessUsage {
     let cpu_seconds = (after.cpu_seconds - before.cpu_seconds).max(0.0);
+    let system_seconds = (after.system_seconds - before.system_seconds).clamp(0.0, cpu_seconds);
     let window = after.at.duration_since(before.at).as_secs_f64();
     ProcessUsage {
         pid: after.pid,
         cpu_seconds,
+        system_seconds,
         cores: if window > 0.0 {
             cpu_seconds / window
         } else {

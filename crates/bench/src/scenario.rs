@@ -254,6 +254,11 @@ pub struct RunArgs {
     /// Start this peer binary (`--listen 127.0.0.1:0`; it prints `Peer listening on URL`).
     #[arg(long, conflicts_with_all = ["connection_string", "service_bin", "peer_url"])]
     pub peer_bin: Option<PathBuf>,
+    /// Test the floor instead (`switchyard-bench floor`, started like a peer): the least
+    /// server that moves the same frames over the same sockets, to divide the service's CPU
+    /// by. WebSockets and JSON; echo, broadcast, rest-broadcast, idle, connect-rate.
+    #[arg(long, conflicts_with_all = ["connection_string", "service_bin", "peer_url", "peer_bin"])]
+    pub floor: bool,
     /// Name of the target in reports.
     #[arg(long)]
     pub target_name: Option<String>,
@@ -381,14 +386,19 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Whether the target is a plain SignalR server (the peer, or the floor) rather than
+    /// the service.
+    pub fn is_peer(&self) -> bool {
+        self.peer_url.is_some() || self.peer_bin.is_some() || self.floor
+    }
+
     /// The hub `scenario` runs on: `--hub`, else [`DEFAULT_MODE_HUB`] where an app server
     /// serves it or the target is a peer, and [`SERVERLESS_HUB`] where clients connect to
     /// the service directly.
     pub fn hub_for(&self, scenario: Scenario) -> String {
-        let peer = self.peer_url.is_some() || self.peer_bin.is_some();
         match &self.hub {
             Some(hub) => hub.clone(),
-            None if peer || scenario.needs_app_server() => DEFAULT_MODE_HUB.to_owned(),
+            None if self.is_peer() || scenario.needs_app_server() => DEFAULT_MODE_HUB.to_owned(),
             None => SERVERLESS_HUB.to_owned(),
         }
     }

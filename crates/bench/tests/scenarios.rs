@@ -829,3 +829,28 @@ async fn the_go_peer_runs_the_same_scenarios() {
         );
     }
 }
+
+/// The floor (`--floor`) serves the scenarios it is for to the same generator: every
+/// message counted, its CPU and memory sampled, its user and system time apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_runs_the_scenarios_it_is_for() {
+    for (scenario, extra) in [
+        ("echo", vec!["-c", "10"]),
+        ("broadcast", vec!["-c", "10", "-s", "2"]),
+        ("rest-broadcast", vec!["-c", "10", "-s", "2"]),
+    ] {
+        let mut all = vec!["--floor"];
+        all.extend(extra);
+        let outcome = bench(&format!("floor-{scenario}"), &args(scenario, &all)).await;
+        let report = assert_complete(&format!("floor {scenario}"), &outcome);
+        assert_eq!(report.target, "floor");
+        let service = report
+            .service
+            .expect("the floor's CPU and memory are sampled");
+        assert!(service.system_seconds <= service.cpu_seconds, "{service:?}");
+    }
+    let outcome = bench("floor-idle", &args("idle", &["-c", "20", "--floor"])).await;
+    assert_eq!(outcome.code, 0, "{}\n{}", outcome.stdout, outcome.stderr);
+    let report = outcome.report.expect("a report");
+    assert_eq!(report.counts.connections_failed, 0);
+}

@@ -29,6 +29,11 @@ pub struct ProcessUsage {
     pub pid: u32,
     /// utime + stime spent in the window.
     pub cpu_seconds: f64,
+    /// Of `cpu_seconds`, stime (the kernel's, for the process): on loopback mostly the
+    /// sockets' cost, which a server cannot cut; the rest is its own code's. 0 in reports of
+    /// releases that did not record it.
+    #[serde(default)]
+    pub system_seconds: f64,
     /// `cpu_seconds` / window length.
     pub cores: f64,
     /// VmRSS at the end of the window.

@@ -19,7 +19,7 @@
 //!    (serverless webhooks), `cors`, `app_server` (the `/server` endpoint and Default mode),
 //!    `client` (negotiate, the three transports, the client table), `rest` (the data-plane
 //!    REST API), [`dashboard`] (the operator's page and its admin hub), `home` (what `/`
-//!    answers).
+//!    answers), `dev_host` (development mode's `Host` check against DNS rebinding).
 //! 6. wiring: `node` ([`Node`]: the parts and their heartbeat) and `serve` ([`routes`],
 //!    [`serve`]).
 //!
@@ -43,6 +43,7 @@ pub mod command;
 pub mod config;
 mod cors;
 pub mod dashboard;
+mod dev_host;
 pub mod executor;
 #[cfg(feature = "fuzzing")]
 mod fuzz_support;

@@ -1,12 +1,19 @@
 //! The HTTP server under the routes: accepting sockets within bounds, and timeouts on what
 //! a peer must send.
 //!
-//! - Sockets: at most `limits.max_http_connections` (by default the open-files limit minus a
-//!   margin, so the process never runs out of descriptors); the last
-//!   `limits.reserved_http_connections` of them serve only health, metrics and app servers, so
-//!   a flood of clients cannot lock operators and app servers out; at most
-//!   `limits.max_connections_per_address` from one address (trusted proxies exempt). Over a
-//!   cap a socket is closed at once, or, in the reserve, answered 503.
+//! - Sockets: at most `limits.max_http_connections` (by default the open-files limit, raised
+//!   to its hard limit at start, minus a margin, so the process never runs out of
+//!   descriptors); the last `limits.reserved_http_connections` of them serve only health,
+//!   metrics and app servers, so a flood of clients cannot lock operators and app servers out;
+//!   at most `limits.max_connections_per_address` from one address (trusted proxies and
+//!   `limits.exempt_addresses` exempt). In the reserve a socket is answered 503.
+//! - At the cap a new socket takes the place of the oldest one that is doing nothing: it has
+//!   been read and has no request in progress (sent nothing yet, part of a request's headers,
+//!   or idle between keep-alive requests). Silent sockets would otherwise hold every place,
+//!   the reserve too, until their header timeout, and a peer that re-opens them at once
+//!   keeps health probes out for good. Only with nothing to give way is a socket closed at
+//!   once; the cap may be passed by [`EVICTION_SLACK`] for the moment an evicted socket
+//!   takes to close.
 //! - A request's headers must arrive within `timeouts.request_header_timeout`, and a socket
 //!   with no request in progress (none yet, or idle between keep-alive requests) is closed
 //!   after as long; bodies have their own timeout where they are read. Upgraded WebSockets
@@ -16,13 +23,13 @@
 //!   `timeouts.request_header_timeout`; the TLS stream wraps the counted socket, so an
 //!   upgraded WebSocket still holds its place.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,6 +44,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
@@ -47,6 +55,10 @@ use crate::metrics::{Metrics, ReasonLabel};
 const AUTOMATIC_MARGIN: usize = 64;
 /// How long accepting pauses after the process ran out of descriptors anyway.
 const OUT_OF_FILES_PAUSE: Duration = Duration::from_millis(50);
+/// Sockets over the cap while the ones that gave way close.
+const EVICTION_SLACK: usize = 16;
+/// Sockets looked at for one that can give way, at most, per socket over the cap.
+const EVICTION_SCAN: usize = 256;
 /// Paths a socket in the reserve may still use.
 const RESERVED_PATHS: &[&str] = &["/api/health", "/api/v1/health", "/metrics", "/server"];
 
@@ -60,6 +72,7 @@ struct Caps {
 
 impl Caps {
     fn new(config: &ValidConfig) -> Caps {
+        raise_open_files_limit();
         let limits = &config.limits;
         let max = match limits.max_http_connections {
             0 => open_files_limit().saturating_sub(AUTOMATIC_MARGIN).max(1),
@@ -73,6 +86,21 @@ impl Caps {
     }
 }
 
+/// Raises the soft open-files limit to the hard one: the automatic socket cap follows it, and
+/// a distribution's soft default (often 1,024) would cap a node far below what it can hold.
+fn raise_open_files_limit() {
+    let before = open_files_limit();
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(now) if now as usize > before => {
+            tracing::info!(from = before, to = now, "raised the open-files limit");
+        }
+        Ok(now) => tracing::debug!(limit = now, "open-files limit"),
+        Err(error) => {
+            tracing::warn!(%error, limit = before, "could not raise the open-files limit");
+        }
+    }
+}
+
 /// The process's soft limit on open files (generous when it cannot be read).
 fn open_files_limit() -> usize {
     rlimit::getrlimit(rlimit::Resource::NOFILE)
@@ -80,18 +108,22 @@ fn open_files_limit() -> usize {
         .unwrap_or(1 << 20)
 }
 
-/// Open sockets, in all and per address.
+/// Open sockets, in all and per address, and those still serving HTTP, oldest first.
 struct Gate {
     caps: Caps,
     open: AtomicUsize,
     by_address: Mutex<HashMap<IpAddr, usize>>,
+    /// Entries of sockets that closed or became WebSockets are dropped as they are met
+    /// (an upgraded socket's [`Activity`] is gone), and all at once when they pile up.
+    serving: Mutex<VecDeque<Weak<Activity>>>,
 }
 
-/// Why a socket was not served.
+/// Why a socket was not served, or another closed for it.
 #[derive(Clone, Copy)]
 enum Refused {
     Full,
     Address,
+    Evicted,
 }
 
 impl Refused {
@@ -99,6 +131,7 @@ impl Refused {
         match self {
             Refused::Full => "full",
             Refused::Address => "per_address",
+            Refused::Evicted => "evicted",
         }
     }
 }
@@ -114,49 +147,115 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         self.metrics.http_connections.dec();
         self.gate.open.fetch_sub(1, Ordering::AcqRel);
-        if let Some(address) = self.address {
-            let mut by_address = self.gate.by_address.lock();
-            if let Some(count) = by_address.get_mut(&address) {
-                *count -= 1;
-                if *count == 0 {
-                    by_address.remove(&address);
-                }
-            }
-        }
+        self.gate.release_address(self.address);
     }
 }
 
 impl Gate {
+    fn new(caps: Caps) -> Gate {
+        Gate {
+            caps,
+            open: AtomicUsize::new(0),
+            by_address: Mutex::new(HashMap::new()),
+            serving: Mutex::new(VecDeque::new()),
+        }
+    }
+
     /// Counts a new socket, or says why it cannot be served. The bool: it is in the reserve.
+    /// `exempt`: no per-address cap.
     fn admit(
         self: &Arc<Self>,
         peer: IpAddr,
-        trusted: bool,
+        exempt: bool,
         metrics: &Arc<Metrics>,
     ) -> Result<(Ticket, bool), Refused> {
-        let open = self
-            .open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.caps.max).then_some(n + 1)
-            })
-            .map_err(|_| Refused::Full)?;
-        metrics.http_connections.inc();
-        let mut ticket = Ticket {
-            gate: self.clone(),
-            address: None,
-            metrics: metrics.clone(),
-        };
-        if self.caps.per_address != 0 && !trusted {
+        // The address first: a socket it refuses must not make another give way.
+        let address = (self.caps.per_address != 0 && !exempt).then_some(peer);
+        if let Some(address) = address {
             let mut by_address = self.by_address.lock();
-            let count = by_address.entry(peer).or_insert(0);
+            let count = by_address.entry(address).or_insert(0);
             if *count >= self.caps.per_address {
                 return Err(Refused::Address);
             }
             *count += 1;
-            ticket.address = Some(peer);
         }
+        let take = |limit: usize| {
+            self.open
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < limit).then_some(n + 1)
+                })
+        };
+        let taken = take(self.caps.max).or_else(|_| {
+            if !self.evict_one() {
+                return Err(Refused::Full);
+            }
+            refused(metrics, Refused::Evicted);
+            take(self.caps.max + EVICTION_SLACK).map_err(|_| Refused::Full)
+        });
+        let open = match taken {
+            Ok(open) => open,
+            Err(why) => {
+                self.release_address(address);
+                return Err(why);
+            }
+        };
+        metrics.http_connections.inc();
+        let ticket = Ticket {
+            gate: self.clone(),
+            address,
+            metrics: metrics.clone(),
+        };
         Ok((ticket, open >= self.caps.max - self.caps.reserved))
     }
+
+    /// Gives back a place of `address` under `max_connections_per_address`.
+    fn release_address(&self, address: Option<IpAddr>) {
+        let Some(address) = address else {
+            return;
+        };
+        let mut by_address = self.by_address.lock();
+        if let Some(count) = by_address.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                by_address.remove(&address);
+            }
+        }
+    }
+
+    /// Keeps a new socket's activity, for [`Gate::evict_one`].
+    fn serving(&self, activity: &Arc<Activity>) {
+        let mut serving = self.serving.lock();
+        if serving.len() > 2 * self.open.load(Ordering::Acquire) + 64 {
+            serving.retain(|entry| entry.strong_count() > 0);
+        }
+        serving.push_back(Arc::downgrade(activity));
+    }
+
+    /// Tells the oldest socket that is doing nothing to close; false when none is found.
+    /// Busy sockets go to the back, so the next look starts elsewhere.
+    fn evict_one(&self) -> bool {
+        let mut serving = self.serving.lock();
+        for _ in 0..EVICTION_SCAN.min(serving.len()) {
+            let Some(entry) = serving.pop_front() else {
+                break;
+            };
+            let Some(activity) = entry.upgrade() else {
+                continue;
+            };
+            if activity.evict() {
+                return true;
+            }
+            serving.push_back(entry);
+        }
+        false
+    }
+}
+
+fn refused(metrics: &Metrics, why: Refused) {
+    metrics
+        .http_connections_refused
+        .get_or_create(&ReasonLabel { reason: why.code() })
+        .inc();
 }
 
 /// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` completes; then
@@ -173,11 +272,7 @@ pub(crate) async fn run<C: Future<Output = ()>>(
     closing: impl FnOnce() -> C,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let gate = Arc::new(Gate {
-        caps: Caps::new(config),
-        open: AtomicUsize::new(0),
-        by_address: Mutex::new(HashMap::new()),
-    });
+    let gate = Arc::new(Gate::new(Caps::new(config)));
     let builder = http_builder(config);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -195,15 +290,10 @@ pub(crate) async fn run<C: Future<Output = ()>>(
         };
         let peer_ip = canonical_ip(peer.ip());
         let (ticket, reserved) =
-            match gate.admit(peer_ip, config.is_trusted_proxy(peer_ip), &metrics) {
+            match gate.admit(peer_ip, config.is_exempt_address(peer_ip), &metrics) {
                 Ok(admitted) => admitted,
-                Err(refused) => {
-                    metrics
-                        .http_connections_refused
-                        .get_or_create(&ReasonLabel {
-                            reason: refused.code(),
-                        })
-                        .inc();
+                Err(why) => {
+                    refused(&metrics, why);
                     drop(stream);
                     continue;
                 }
@@ -212,6 +302,7 @@ pub(crate) async fn run<C: Future<Output = ()>>(
         // earlier one is unacknowledged (up to the peer's delayed-ACK time).
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
+        gate.serving(&activity);
         let service = service(
             peer,
             router.clone(),
@@ -301,17 +392,19 @@ where
             return serve_socket(builder, io, service, watcher, activity, idle_limit).await;
         };
         // Bounded like a request's headers: a peer that stalls the handshake holds only its
-        // own socket (and its place in the gate) for that long.
-        let reason = match tokio::time::timeout(idle_limit, tls.accept(stream)).await {
-            Ok(Ok(stream)) => {
+        // own socket (and its place in the gate) for that long, or until it gives way.
+        let handshake = tokio::time::timeout(idle_limit, tls.accept(stream));
+        let reason = match activity.unless_evicted(handshake).await {
+            None => return,
+            Some(Ok(Ok(stream))) => {
                 let io = TokioIo::new(stream);
                 return serve_socket(builder, io, service, watcher, activity, idle_limit).await;
             }
-            Ok(Err(error)) => {
+            Some(Ok(Err(error))) => {
                 tracing::debug!(%peer, %error, "TLS handshake failed");
                 "error"
             }
-            Err(_) => "timeout",
+            Some(Err(_)) => "timeout",
         };
         metrics
             .tls_handshake_failures
@@ -343,11 +436,22 @@ async fn serve_socket<I, S>(
     let connection = builder.serve_connection_with_upgrades(io, service);
     let connection = watcher.watch(connection);
     tokio::pin!(connection);
-    // Dropping the connection closes a socket that has been idle too long.
+    // Once the connection has run, what the peer had sent was read (a complete request is
+    // in progress by then), so an idle socket may give way.
+    let mut serving = std::future::poll_fn(|cx| {
+        let poll = connection.as_mut().poll(cx);
+        activity.mark_read();
+        poll
+    });
+    let evicted = activity.close.notified();
+    tokio::pin!(evicted);
+    // Dropping the connection closes a socket that has been idle too long or gave way.
     loop {
         let check_at = activity.idle_deadline(idle_limit);
         tokio::select! {
-            _ = &mut connection => break,
+            biased;
+            _ = &mut serving => break,
+            _ = &mut evicted => break,
             _ = tokio::time::sleep_until(check_at) => {
                 if activity.idle_for(idle_limit) {
                     break;
@@ -404,13 +508,21 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// Requests of one socket in progress (a response's body counts until it ends), and when the
-/// last one began or ended.
+/// Requests of one socket in progress (a response's body counts until it ends), when the
+/// last one began or ended, and whether the socket may give way to a new one.
 struct Activity {
     in_flight: AtomicUsize,
     since: tokio::time::Instant,
     /// Milliseconds after `since`.
     last_ms: AtomicU64,
+    /// The socket's task has read it: a socket accepted a moment ago is not taken for a
+    /// silent one before its first bytes had a chance to be read.
+    read: AtomicBool,
+    /// Answered 101: the socket is handed over (a WebSocket) and never gives way.
+    upgraded: AtomicBool,
+    /// Told to close to make room; `close` wakes its task.
+    evicted: AtomicBool,
+    close: Notify,
 }
 
 impl Activity {
@@ -419,7 +531,44 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             since: tokio::time::Instant::now(),
             last_ms: AtomicU64::new(0),
+            read: AtomicBool::new(false),
+            upgraded: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            close: Notify::new(),
         }
+    }
+
+    fn mark_read(&self) {
+        if !self.read.load(Ordering::Relaxed) {
+            self.read.store(true, Ordering::Release);
+        }
+    }
+
+    /// Tells the socket to close if it is doing nothing (read, no request in progress, not
+    /// handed over); true when it was told.
+    fn evict(&self) -> bool {
+        let idle = self.read.load(Ordering::Acquire)
+            && self.in_flight.load(Ordering::Acquire) == 0
+            && !self.upgraded.load(Ordering::Acquire);
+        if !idle || self.evicted.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.close.notify_one();
+        true
+    }
+
+    /// Runs `work` (a TLS handshake) unless the socket is told to close first (`None`).
+    async fn unless_evicted<F: Future>(&self, work: F) -> Option<F::Output> {
+        let evicted = self.close.notified();
+        tokio::pin!(work, evicted);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(Some(output));
+            }
+            self.mark_read();
+            evicted.as_mut().poll(cx).map(|()| None)
+        })
+        .await
     }
 
     fn touch(&self) {
@@ -502,6 +651,7 @@ fn service(
     hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let router = router.clone();
         let metrics = metrics.clone();
+        let activity = activity.clone();
         let in_flight = activity.begin();
         Box::pin(async move {
             if reserved
@@ -517,6 +667,9 @@ fn service(
             }
             request.extensions_mut().insert(ConnectInfo(peer));
             let response = router.oneshot(request.map(axum::body::Body::new)).await?;
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                activity.upgraded.store(true, Ordering::Release);
+            }
             Ok(response.map(|inner| {
                 axum::body::Body::new(TrackedBody {
                     inner,

@@ -65,15 +65,19 @@ pub struct Metrics {
     pub http_connections: Gauge,
     /// Sockets not served, by reason: `full` (limits.max_http_connections), `per_address`
     /// (limits.max_connections_per_address), `reserved` (a request in the reserve that is
-    /// not health, metrics or an app server).
+    /// not health, metrics or an app server); `evicted`: a socket doing nothing closed at the
+    /// cap to make room for a new one.
     pub http_connections_refused: Family<ReasonLabel, Counter>,
     /// Questions to other nodes that not every node answered within `cluster.ask_timeout`.
     pub cluster_asks_incomplete: Counter,
     /// Client transport requests passed on to the node that holds the connection, by outcome
     /// (`ok`: the owner answered; `unreachable`: no answer from it or no such node).
     pub cluster_requests_forwarded: Family<ReasonLabel, Counter>,
+    /// Answers to "where is node X" that were not a node's origin (`http(s)://host:port`):
+    /// refused, nothing was passed on to them.
+    pub cluster_addresses_refused: Counter,
     /// The backplane's traffic between processes, by kind (`published`, `publish_errors`,
-    /// `received`, `decode_errors`, `subscribe_errors`); copied from the backplane each second.
+    /// `received`, `decode_errors`, `unauthenticated`, `subscribe_errors`); copied from the backplane each second.
     pub backplane_messages: Family<KindLabel, Counter>,
     /// App-server connections that reached this node through another node (their `target`
     /// named this node; the balancer sent them elsewhere). Counted in `server_connections` too.
@@ -149,6 +153,7 @@ impl Default for Metrics {
             http_connections_refused: Default::default(),
             cluster_asks_incomplete: Default::default(),
             cluster_requests_forwarded: Default::default(),
+            cluster_addresses_refused: Default::default(),
             backplane_messages: Default::default(),
             server_connections_passed_on: Default::default(),
             cluster_nodes: Default::default(),
@@ -186,10 +191,11 @@ impl Metrics {
         r.register("server_messages_received", "Service-protocol messages received from app servers", self.server_messages_received.clone());
         r.register("upstream_requests", "Upstream webhook requests, by category and outcome", self.upstream_requests.clone());
         r.register("http_connections", "Open HTTP sockets", self.http_connections.clone());
-        r.register("http_connections_refused", "Sockets or requests refused at the socket limits, by reason (full, per_address, reserved)", self.http_connections_refused.clone());
+        r.register("http_connections_refused", "Sockets or requests refused at the socket limits, by reason (full, per_address, reserved; evicted: an idle socket closed at the cap for a new one)", self.http_connections_refused.clone());
         r.register("cluster_asks_incomplete", "Questions to other nodes that not every node answered within cluster.ask_timeout", self.cluster_asks_incomplete.clone());
         r.register("cluster_requests_forwarded", "Client transport requests passed on to the node holding the connection, by outcome (ok, unreachable)", self.cluster_requests_forwarded.clone());
-        r.register("backplane_messages", "Messages between processes through the backplane, by kind (published, publish_errors, received, decode_errors, subscribe_errors)", self.backplane_messages.clone());
+        r.register("cluster_addresses_refused", "Answers to where a node is that were not a node's origin (http(s)://host:port, no path): refused, nothing passed on to them", self.cluster_addresses_refused.clone());
+        r.register("backplane_messages", "Messages between processes through the backplane, by kind (published, publish_errors, received, decode_errors, unauthenticated: not sealed with the cluster's secret and dropped, subscribe_errors)", self.backplane_messages.clone());
         r.register("server_connections_passed_on", "App-server connections that reached this node through another node (also in server_connections)", self.server_connections_passed_on.clone());
         r.register("cluster_nodes", "Live nodes of the cluster as this node sees them, itself included", self.cluster_nodes.clone());
         r.register("cluster_backplane_up", "1 while this node's backplane answers, 0 while it does not", self.cluster_backplane_up.clone());
@@ -221,6 +227,7 @@ impl Metrics {
             ("publish_errors", traffic.publish_errors),
             ("received", traffic.received),
             ("decode_errors", traffic.decode_errors),
+            ("unauthenticated", traffic.unauthenticated),
             ("subscribe_errors", traffic.subscribe_errors),
         ] {
             let counter = self.backplane_messages.get_or_create(&KindLabel { kind });

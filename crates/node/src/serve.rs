@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use crate::cluster::address::internal_url;
 use crate::metrics::Metrics;
 use crate::node::{Node, SHUTDOWN_DRAIN};
-use crate::{app_server, client, cors, dashboard, home, http, listener, rest, tls};
+use crate::{app_server, client, cors, dashboard, dev_host, home, http, listener, rest, tls};
 
 /// How long in-flight responses may take after the drain before the server stops anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
@@ -40,9 +40,21 @@ fn app_routes(node: &Arc<Node>, with_metrics: bool) -> HttpRouter {
     if config.dashboard.enabled {
         router = router.merge(dashboard::routes().with_state(node.dashboard.clone()));
     }
-    router
+    let router = router
         .fallback(no_route)
-        .layer(axum::middleware::from_fn_with_state(cors, cors::layer))
+        .layer(axum::middleware::from_fn_with_state(
+            node.cluster.clone(),
+            crate::cluster::vouched_layer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(cors, cors::layer));
+    // Outermost, so that a page of another site gets no answer at all, preflights included.
+    match dev_host::AllowedHosts::for_config(config) {
+        Some(allowed) => router.layer(axum::middleware::from_fn_with_state(
+            Arc::new(allowed),
+            dev_host::layer,
+        )),
+        None => router,
+    }
 }
 
 /// `/metrics` (Prometheus text).

@@ -90,6 +90,72 @@ async fn hub_status(server: &TestServer, token: Option<&str>) -> u16 {
     }
 }
 
+/// A page's session ends when its token expires, with the reason (the page then asks for a
+/// fresh token), as client connections do at `exp`.
+#[tokio::test]
+async fn an_admin_session_ends_when_its_token_expires() {
+    let server = server_with_key(Dashboard::default()).await;
+    let short = TokenBuilder::new(dashboard_audience(&server))
+        .claim("role", "admin")
+        .lifetime(Duration::from_secs(2))
+        .sign(KEY, now());
+    let mut admin = Admin::open(&server, &short).await;
+    admin.push("snapshot", |_| true).await;
+    match admin.until_closed().await {
+        Some(HubMessage::Close {
+            error: Some(error),
+            allow_reconnect,
+        }) => {
+            assert!(error.contains("expired"), "{error}");
+            assert!(!allow_reconnect, "the same token would be refused again");
+        }
+        other => panic!("expected a Close with the reason, got {other:?}"),
+    }
+    // A long-lived token's session stays (the close above is the token's, not a timer's).
+    let mut admin = Admin::open(&server, &admin_token(&server)).await;
+    for _ in 0..4 {
+        admin.push("snapshot", |_| true).await;
+    }
+    server.stop().await;
+}
+
+/// Hub names come from requests, and each hub keeps ~15 KB of indices: a hub no one uses any
+/// more is freed, so a new name per visitor does not grow memory forever.
+#[tokio::test]
+async fn hubs_no_one_uses_any_more_are_freed() {
+    let server = TestServer::start().await;
+    let visitors = |snapshot: &Value| {
+        snapshot["hubs"].as_array().map_or(0, |hubs| {
+            hubs.iter()
+                .filter(|hub| {
+                    hub["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("visitor"))
+                })
+                .count()
+        })
+    };
+    let mut admin = Admin::open(&server, "").await;
+    let mut open = Vec::new();
+    for i in 0..40 {
+        let hub = format!("visitor{i}");
+        let (mut client, _) =
+            RawClient::start(&server, &hub, &server.token(&hub, None), Format::Json).await;
+        client.handshake_result().await.unwrap();
+        open.push(client);
+    }
+    admin.push("snapshot", |a| visitors(&a[0]) == 40).await;
+    // One visitor stays: its hub is kept while the others are freed.
+    let stays = open.pop().unwrap();
+    for client in open {
+        client.close().await;
+    }
+    admin.push("snapshot", |a| visitors(&a[0]) == 1).await;
+    stays.close().await;
+    admin.push("snapshot", |a| visitors(&a[0]) == 0).await;
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn only_operators_open_the_dashboard_and_its_hub() {
     let server = server_with_key(Dashboard {
@@ -114,9 +180,12 @@ async fn only_operators_open_the_dashboard_and_its_hub() {
     let by_dashboard_key = TokenBuilder::new(audience.clone()).sign(DASHBOARD_KEY, now());
     let admin = admin_token(&server);
 
+    // Without a token the page (which holds no data) is served and asks for one; the token
+    // then follows `#` or goes in its form, so it never travels in the page's address.
     let (status, body) = page_status(&server, None).await;
-    assert_eq!(status, 401);
+    assert_eq!(status, 200);
     assert!(body.contains("switchyard token --admin"), "{body}");
+    assert!(body.contains(r#"<body data-auth="needed">"#), "{body}");
     for (name, token) in [
         ("no role", &no_role),
         ("another role", &other_role),
@@ -136,6 +205,7 @@ async fn only_operators_open_the_dashboard_and_its_hub() {
     for (name, token) in [("admin", &admin), ("dashboard key", &by_dashboard_key)] {
         let (status, body) = page_status(&server, Some(token)).await;
         assert_eq!(status, 200, "page with {name}");
+        assert!(body.contains(r#"<body data-auth="token">"#), "{body}");
         assert!(body.contains("/dashboard/assets/signalr.min.js"));
         assert_eq!(
             hub_status(&server, Some(token)).await,
@@ -159,7 +229,9 @@ async fn only_operators_open_the_dashboard_and_its_hub() {
 
     // Development mode (no access key, loopback only) is open; switched off, nothing is served.
     let development = TestServer::start().await;
-    assert_eq!(page_status(&development, None).await.0, 200);
+    let (status, body) = page_status(&development, None).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(r#"<body data-auth="open">"#), "{body}");
     assert_eq!(hub_status(&development, None).await, 101);
     // A page of another site cannot open the admin hub (WebSockets skip CORS).
     let own = format!("http://{}", development.addr);
@@ -349,13 +421,13 @@ async fn the_front_page_names_the_dashboard_health_metrics_and_docs() {
             "no version: {body}"
         );
     }
-    // Every link on it answers (the dashboard with its refusal, without a token).
+    // Every link on it answers (the dashboard with its sign-in form, without a token).
     for (path, status) in [
         ("/api/health", 200),
         ("/metrics", 200),
         ("/api/openapi.json", 200),
         ("/dashboard/assets/favicon.svg", 200),
-        ("/dashboard", 401),
+        ("/dashboard", 200),
     ] {
         let response = reqwest::get(format!("http://{}{path}", server.addr))
             .await

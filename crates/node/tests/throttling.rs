@@ -339,3 +339,84 @@ fn a_burst_without_a_rate_is_refused() {
     let error = config.validate().unwrap_err().to_string();
     assert!(error.contains("throttling.connect_rate"), "{error}");
 }
+
+/// Pending negotiations are capped per user, and per client address whatever user ids its
+/// tokens name: rotating user ids from one address used to pass a per-user cap of 3 (8 of
+/// 8 negotiated). The refusal is the per-user cap's; other addresses are not affected.
+#[tokio::test]
+async fn pending_negotiations_are_capped_per_address_too() {
+    let mut config = Config::default();
+    config.limits.max_pending_negotiations_per_user = 3;
+    config.limits.max_pending_negotiations_per_address = 3;
+    // Loopback, where the test connects from, is exempt by default.
+    config.limits.exempt_addresses = Vec::new();
+    let server = TestServer::start_with(config).await;
+    let rotating: IpAddr = "127.0.0.2".parse().unwrap();
+    let mut answers = Vec::new();
+    for n in 0..8 {
+        let token = server.token("chat", Some(&format!("user-{n}")));
+        answers.push(negotiate(&server, &token, Some(rotating), None).await);
+    }
+    let passed = answers.iter().filter(|answer| answer.0 == 200).count();
+    assert_eq!(passed, 3, "{answers:?}");
+    let (status, _, by_address) = &answers[3];
+    assert_eq!(*status, 429);
+    // The per-user cap's own refusal, from another address, reads the same.
+    let one_user = server.token("chat", Some("alice"));
+    let other: IpAddr = "127.0.0.3".parse().unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            negotiate(&server, &one_user, Some(other), None).await.0,
+            200
+        );
+    }
+    let (status, _, by_user) = negotiate(&server, &one_user, Some(other), None).await;
+    assert_eq!(status, 429);
+    assert_eq!(by_address, &by_user);
+    assert!(
+        by_user.contains("too many negotiated connections"),
+        "{by_user}"
+    );
+    let fresh: IpAddr = "127.0.0.4".parse().unwrap();
+    let token = server.token("chat", Some("user-9"));
+    assert_eq!(negotiate(&server, &token, Some(fresh), None).await.0, 200);
+}
+
+/// `limits.max_connections_per_user` (off by default): with 2, a user's third connection is
+/// refused with 429 and the setting's name, at negotiate once two are connected, and at the
+/// transport's connect when it was negotiated before; another user is not affected, and a
+/// closed connection makes room.
+#[tokio::test]
+async fn connections_per_user_can_be_capped() {
+    let mut config = Config::default();
+    config.limits.max_connections_per_user = 2;
+    let server = TestServer::start_with(config).await;
+    let alice = server.token("chat", Some("alice"));
+    let early = switchyard_client::negotiate(&server.client_url("chat"), &alice, 1)
+        .await
+        .unwrap();
+    let mut connected = Vec::new();
+    for _ in 0..2 {
+        let (mut client, _) = RawClient::start(&server, "chat", &alice, Format::Json).await;
+        client.handshake_result().await.unwrap();
+        connected.push(client);
+    }
+    let (status, _, body) = negotiate(&server, &alice, None, None).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("limits.max_connections_per_user"), "{body}");
+    let refused = silent_websocket(&server, &alice, Some(&early.id_value)).await;
+    assert_eq!(refused.err().map(|(status, _)| status), Some(429));
+    let bob = server.token("chat", Some("bob"));
+    assert_eq!(negotiate(&server, &bob, None, None).await.0, 200);
+    connected.pop().unwrap().close().await;
+    let mut again = None;
+    for _ in 0..50 {
+        let (status, _, _) = negotiate(&server, &alice, None, None).await;
+        if status == 200 {
+            again = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(again, Some(200), "a closed connection made no room");
+}

@@ -421,7 +421,7 @@ async fn plain_http_and_stalled_handshakes_end_only_their_own_socket() {
     // Plain HTTP: no HTTP answer, the socket ends.
     let mut plain = TcpStream::connect(service.addr).await.unwrap();
     plain
-        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /api/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut answer = Vec::new();

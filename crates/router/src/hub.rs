@@ -110,6 +110,14 @@ impl Hub {
         *self.connection_count.lock()
     }
 
+    /// Whether nothing lives in the hub on this node: no connection and no user-group
+    /// membership (groups and users index connections, so they are empty too).
+    pub(crate) fn is_unused(&self) -> bool {
+        self.connection_count() == 0
+            && self.user_groups.iter().all(|shard| shard.read().is_empty())
+            && self.groups.iter().all(|shard| shard.read().is_empty())
+    }
+
     /// Groups with at least one connection of this node.
     pub fn group_count(&self) -> usize {
         self.groups.iter().map(|shard| shard.read().len()).sum()

@@ -231,11 +231,37 @@ impl Router {
         }
     }
 
-    /// Expires user-group memberships whose ttl has passed.
+    /// Expires user-group memberships whose ttl has passed, and frees the hubs nothing lives
+    /// in and nobody holds: hub names come from requests (a new one per visitor, say), and a
+    /// hub's indices take ~15 KB, so kept forever they would grow memory without bound. A
+    /// client or app server holds its hub, so a hub in use is never freed; one freed here is
+    /// made again on its next use (its traffic totals then start from zero).
     pub fn sweep(&self, now: Instant) {
+        let mut unused = Vec::new();
         for hub in self.hubs() {
             hub.expire_user_groups(now);
+            // Two holders: the table and `hub` here.
+            if Arc::strong_count(&hub) == 2 && hub.is_unused() {
+                unused.push(hub.name().clone());
+            }
         }
+        if unused.is_empty() {
+            return;
+        }
+        // Checked again under the table's lock: a lookup may have taken the hub meanwhile.
+        let mut hubs = self.hubs.write();
+        for name in unused {
+            if let Some(hub) = hubs.get(&name) {
+                if Arc::strong_count(hub) == 1 && hub.is_unused() {
+                    hubs.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// How many hubs this node keeps (those in use, and those not yet swept).
+    pub fn hub_count(&self) -> usize {
+        self.hubs.read().len()
     }
 
     pub fn connection_count(&self) -> usize {

@@ -44,6 +44,7 @@ pub async fn join(config: &ValidConfig, url: &str, node_id: String) -> Result<Ar
         Kind::Redis => {
             let mut settings = RedisSettings::new(url.to_string());
             settings.prefix = config.cluster.prefix.clone();
+            settings.seal = config.cluster_seal();
             let backplane = RedisBackplane::connect(settings)
                 .await
                 .map_err(|e| e.to_string())?;

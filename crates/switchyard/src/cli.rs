@@ -327,6 +327,15 @@ fn token(args: TokenArgs) -> Result<(), String> {
         ),
         (None, None) => return Err("one of --hub, --audience or --admin is required".into()),
     };
+    let cap = config.limits.max_token_lifetime;
+    if !cap.is_zero() && args.ttl > cap {
+        return Err(format!(
+            "--ttl {} is longer than limits.max_token_lifetime ({}): the service would refuse \
+             the token; use a shorter --ttl or raise the limit",
+            humantime::format_duration(args.ttl),
+            humantime::format_duration(cap)
+        ));
+    }
     let mut builder = TokenBuilder::new(audience.clone()).lifetime(args.ttl);
     if args.admin {
         let (claim, value) = switchyard_node::dashboard::ADMIN_ROLE;
@@ -353,8 +362,9 @@ fn token(args: TokenArgs) -> Result<(), String> {
         .as_secs() as i64;
     let token = builder.sign(&key, now);
     if args.admin {
-        // The page takes the token from its address once, then drops it from the address bar.
-        let open = format!("{audience}?access_token={token}");
+        // After `#`: the browser never sends it, so it stays out of logs and `Referer`; the
+        // page takes it once, then drops it from the address bar.
+        let open = format!("{audience}#access_token={token}");
         if args.json {
             println!(
                 "{}",

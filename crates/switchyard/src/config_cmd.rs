@@ -101,7 +101,11 @@ fn mode_name(config: &switchyard_node::ValidConfig) -> &'static str {
 /// What `config print` shows instead of a secret; `None` shows the value.
 fn hide(key: &str, value: &str) -> Option<String> {
     match key {
-        "access_key" | "secondary_access_key" | "dashboard.key" => {
+        "access_key"
+        | "secondary_access_key"
+        | "dashboard.key"
+        | "cluster.secret"
+        | "cluster.secondary_secret" => {
             Some(format!("<hidden: {} characters>", value.chars().count()))
         }
         "cluster.backplane" => Some(crate::backplane::redact(value)).filter(|v| v != value),
@@ -142,5 +146,9 @@ mod tests {
             None
         );
         assert_eq!(hide("listen", "127.0.0.1:8888"), None);
+        assert_eq!(
+            hide("cluster.secret", "s".repeat(32).as_str()).unwrap(),
+            "<hidden: 32 characters>"
+        );
     }
 }

@@ -140,6 +140,41 @@ fn token_prints_url_and_a_verifiable_token() {
     assert!(value["accessToken"].as_str().unwrap().split('.').count() == 3);
 }
 
+/// A token the service would refuse (longer than `limits.max_token_lifetime`, 24 h unless
+/// set) is not minted; the limit the service is given is the one checked.
+#[test]
+fn token_refuses_a_lifetime_the_service_would_refuse() {
+    fails_with(
+        &["token", "--hub", "chat", "--ttl", "30d"],
+        &[],
+        "limits.max_token_lifetime",
+    );
+    let raised = binary()
+        .args(["token", "--hub", "chat", "--ttl", "30d"])
+        .env("SWITCHYARD_LIMITS_MAX_TOKEN_LIFETIME", "0")
+        .output()
+        .unwrap();
+    assert!(raised.status.success(), "{raised:?}");
+}
+
+/// The operator's address carries the token after `#`, which browsers never send: it stays
+/// out of access logs, proxies and `Referer`.
+#[test]
+fn the_dashboard_address_keeps_its_token_out_of_requests() {
+    let output = binary()
+        .args(["token", "--admin", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let url = value["url"].as_str().unwrap();
+    let token = value["accessToken"].as_str().unwrap();
+    assert_eq!(
+        url,
+        format!("http://127.0.0.1:8888/dashboard#access_token={token}")
+    );
+}
+
 fn fails_with(args: &[&str], env: &[(&str, &str)], needle: &str) {
     let mut command = binary();
     command.args(args);

@@ -58,6 +58,11 @@ impl Admin {
         }
     }
 
+    /// Reads until the service ends the session; the Close message if one came.
+    pub async fn until_closed(&mut self) -> Option<HubMessage<Value>> {
+        self.client.until_closed().await
+    }
+
     /// The arguments of the next push of `target` that `accept` takes.
     pub async fn push(&mut self, target: &str, accept: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + WAIT * 2;

@@ -22,6 +22,11 @@ impl Writer {
         self.0.into_inner().freeze()
     }
 
+    /// What was written, to append to (the seal's tag).
+    pub(super) fn into_buffer(self) -> BytesMut {
+        self.0.into_inner()
+    }
+
     pub fn array(&mut self, len: usize) {
         rmp::encode::write_array_len(&mut self.0, len as u32).expect("writing to memory");
     }

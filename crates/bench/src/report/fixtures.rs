@@ -8,6 +8,7 @@ pub(crate) fn usage(cores: f64, rss_kb: u64) -> ProcessUsage {
     ProcessUsage {
         pid: 42,
         cpu_seconds: cores * 30.0,
+        system_seconds: cores * 20.0,
         cores,
         rss_kb,
         hwm_kb: rss_kb,

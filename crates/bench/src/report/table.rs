@@ -353,6 +353,22 @@ fn rows(report: &Report) -> Vec<Vec<String>> {
     row("Service CPU µs/delivery", &|c| {
         c.cpu_us_per_delivery.map_or(NONE.into(), format::number)
     });
+    if cols
+        .iter()
+        .any(|c| c.service.is_some_and(|u| u.system_seconds > 0.0))
+    {
+        // The kernel's part (on loopback mostly the sockets', the receivers' TCP input
+        // included): what is left is the server's own code.
+        row(
+            "  of which system (kernel)",
+            &|c| match (c.cpu_us_per_delivery, c.service) {
+                (Some(per), Some(u)) if u.cpu_seconds > 0.0 => {
+                    format::number(per * u.system_seconds / u.cpu_seconds)
+                }
+                _ => NONE.into(),
+            },
+        );
+    }
     if cols.iter().any(|c| c.generator.is_some()) {
         // Shares the machine with the service: when service + generator near the cores,
         // latency is the machine's, not the service's.

@@ -162,14 +162,17 @@ pub(super) fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Targe
             .unwrap_or_else(|| default.to_owned())
     };
     // A plain SignalR server (the peer).
-    if args.peer_url.is_some() || args.peer_bin.is_some() {
+    if args.is_peer() {
         let (url, pid) = match (&args.peer_url, &args.peer_bin) {
             (Some(url), _) => (url.trim_end_matches('/').to_owned(), args.peer_pid),
             (None, Some(bin)) => {
                 let started = children.start_peer(bin, &args.hub_for(scenario))?;
                 (started.value, Some(started.pid))
             }
-            (None, None) => unreachable!(),
+            (None, None) => {
+                let started = children.start_floor(&args.hub_for(scenario))?;
+                (started.value, Some(started.pid))
+            }
         };
         let pid = pid.or_else(|| local_port_of(&url).and_then(procstat::listener_pid));
         let node = Node {
@@ -178,7 +181,7 @@ pub(super) fn resolve_target(scenario: Scenario, args: &RunArgs) -> Result<Targe
             pid,
         };
         return Ok(Target {
-            name: name("peer"),
+            name: name(if args.floor { "floor" } else { "peer" }),
             mode: "direct",
             rest: Some(RestTarget {
                 bases: vec![format!("{url}/")],

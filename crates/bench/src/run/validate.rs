@@ -94,9 +94,7 @@ pub(super) fn validate(scenario: Scenario, args: &RunArgs) -> Result<(), RunErro
             scenario.name()
         )));
     }
-    if scenario == Scenario::RestJoinLeaveGroup
-        && (args.peer_url.is_some() || args.peer_bin.is_some())
-    {
+    if scenario == Scenario::RestJoinLeaveGroup && args.is_peer() {
         return Err(RunError(
             "rest-join-leave-group needs the REST group API, which the peer does not have".into(),
         ));

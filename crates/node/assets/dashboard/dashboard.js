@@ -9,11 +9,14 @@
   const TRACE_ROWS = 1000; // rows kept on the page (the download has every event)
   const TRACE_KEPT = 100000; // events kept for the download
 
-  // The token arrives in the address once; it is kept for this tab only and taken out of
-  // the address bar (and so out of the history and of screenshots).
+  // The token arrives after the address's `#` (never sent to a server), in the sign-in form,
+  // or, from links of earlier releases, in the query; it is kept for this tab only and taken
+  // out of the address bar (and so out of the history and of screenshots).
+  const fragment = new URLSearchParams(location.hash.slice(1));
   const query = new URLSearchParams(location.search);
-  const token = query.get("access_token") || sessionStorage.getItem(TOKEN_KEY) || "";
-  if (query.has("access_token")) {
+  let token = fragment.get("access_token") || query.get("access_token")
+    || sessionStorage.getItem(TOKEN_KEY) || "";
+  if (fragment.has("access_token") || query.has("access_token")) {
     sessionStorage.setItem(TOKEN_KEY, token);
     history.replaceState(null, "", location.pathname);
   }
@@ -378,15 +381,40 @@
       await connection.invoke("WatchTrace", state.traceHub).catch(() => traceStopped("trace ended"));
     }
   });
-  connection.onclose(() => linkState("disconnected"));
+  // A close with an error is the service's word (the token expired, say): ask for a token.
+  connection.onclose((error) => {
+    linkState("disconnected");
+    if (error) signIn(error.message || String(error));
+  });
+
+  function signIn(why) {
+    $("#refusal").textContent = why;
+    const dialog = $("#sign-in");
+    if (!dialog.open) dialog.showModal();
+  }
+  $("#sign-in-form").addEventListener("submit", () => {
+    token = $("#sign-in-token").value.trim();
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("#sign-in-token").value = "";
+    start();
+  });
 
   window.switchyardDashboard = { connection, state }; // for tests and the curious
 
-  connection.start().then(() => {
-    linkState("connected");
-    sendFilter();
-  }, (error) => {
-    linkState("disconnected");
-    $("#link-state").title = String(error);
-  });
+  function start() {
+    linkState("connecting");
+    connection.start().then(() => {
+      linkState("connected");
+      sendFilter();
+    }, (error) => {
+      linkState("disconnected");
+      $("#link-state").title = String(error);
+      signIn("The admin hub refused the token (expired, or not an operator token): paste a fresh one.");
+    });
+  }
+
+  // Without a token the page asks for one first, unless the service lets this page in without
+  // (development mode, on loopback).
+  if (token || document.body.dataset.auth === "open") start();
+  else signIn("The dashboard is for operators: open it with a token.");
 })();

@@ -58,16 +58,20 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
     let target = query.get("target").filter(|t| in_cluster && !t.is_empty());
     let refusal = match target.map(|target| target_node(&app, target, &parts.headers)) {
         Some(TargetNode::Elsewhere(node)) => {
+            let vouched = crate::cluster::assertion::Vouched {
+                client: crate::http::client_ip(&parts, &app.shared.config),
+                token,
+            };
             let request = Request::from_parts(parts, body);
             return app
                 .cluster
                 .proxy()
                 .forward(
                     &app.cluster,
-                    &app.shared.metrics,
                     &hub,
                     &node,
                     request,
+                    &vouched,
                     "The target service instance cannot be reached.",
                 )
                 .await;

@@ -19,6 +19,7 @@ use switchyard_service_protocol::{
 
 use super::{DefaultMode, Forwarded, LinkedClient, ServerConnection};
 use crate::budget::{ByteBudget, Charge};
+use crate::http::ClientOrigin;
 use crate::live_trace::{bodies, is_chatter, TraceEvent};
 
 /// The SDK reads these headers of OpenConnection / CloseConnection.
@@ -26,6 +27,8 @@ const MIGRATE_FROM: &str = "Asrs-Migrate-From";
 const MIGRATE_TO: &str = "Asrs-Migrate-To";
 /// The service instance holding the client: an `offline` ping naming it drops the client.
 const INSTANCE_ID: &str = "Asrs-Instance-Id";
+/// Set from the token's `asrs.s.dc` claim (the SDK's diagnostic-client filter signs it in).
+const DIAGNOSTIC_CLIENT: &str = "Asrs-Is-Diagnostic-Client";
 
 /// Request headers never forwarded to the app server: credentials and connection plumbing.
 const HIDDEN_HEADERS: &[&str] = &[
@@ -40,8 +43,9 @@ const HIDDEN_HEADERS: &[&str] = &[
     "transfer-encoding",
 ];
 
-/// Headers only a trusted proxy may set: from anyone else they are dropped, so a client
-/// cannot name its own address to the app server.
+/// Headers that say where the client is and how it came: never taken from the request, even a
+/// trusted proxy's (a client's forged first `X-Forwarded-For` entry would survive its proxy,
+/// and the SDK takes that one as the client's address); the service writes its own.
 const FORWARDING_HEADERS: &[&str] = &[
     "x-forwarded-for",
     "x-forwarded-host",
@@ -50,6 +54,15 @@ const FORWARDING_HEADERS: &[&str] = &[
     "forwarded",
     "x-real-ip",
 ];
+
+/// Headers only the service sets (`Asrs-Migrate-From`, `Asrs-Is-Diagnostic-Client`, …): a
+/// client's own would mislead the SDK; `X-Switchyard-*` pass between nodes only. Header
+/// names arrive lower-case.
+fn service_only(name: &str) -> bool {
+    ["asrs-", "x-asrs-", "x-switchyard-"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+}
 
 /// JWT claim names as .NET's token handler maps them on the way in; the SDK rebuilds the
 /// user from these long types (e.g. `ClaimTypes.NameIdentifier`).
@@ -99,19 +112,16 @@ pub(crate) struct ConnectInfo {
 }
 
 impl ConnectInfo {
-    /// `from_trusted_proxy`: the peer is one of `trusted_proxies`, so its `X-Forwarded-*`
-    /// headers are kept (and the peer appended to `X-Forwarded-For`).
-    pub(crate) fn capture(
-        headers: &HeaderMap,
-        uri: &Uri,
-        peer: Option<std::net::SocketAddr>,
-        from_trusted_proxy: bool,
-    ) -> ConnectInfo {
+    /// The client's headers but credentials, plumbing and what only the service or the
+    /// service's view of the client (`origin`) may say; then `X-Forwarded-For`, `-Host` and
+    /// `-Proto` from `origin`.
+    pub(crate) fn capture(headers: &HeaderMap, uri: &Uri, origin: ClientOrigin) -> ConnectInfo {
         let mut forwarded: Headers = Vec::new();
         for (name, value) in headers {
             let name = name.as_str();
             if HIDDEN_HEADERS.contains(&name)
-                || (!from_trusted_proxy && FORWARDING_HEADERS.contains(&name))
+                || FORWARDING_HEADERS.contains(&name)
+                || service_only(name)
             {
                 continue;
             }
@@ -122,21 +132,16 @@ impl ConnectInfo {
             }
         }
         // The SDK takes the first X-Forwarded-For address as the client's address.
-        if let Some(peer) = peer {
-            match forwarded
-                .iter_mut()
-                .find(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for"))
-            {
-                Some((_, values)) => {
-                    if let Some(last) = values.last_mut() {
-                        last.push_str(&format!(", {}", peer.ip()));
-                    }
-                }
-                None => {
-                    forwarded.push(("X-Forwarded-For".to_string(), vec![peer.ip().to_string()]))
-                }
-            }
+        if let Some(address) = origin.address {
+            forwarded.push(("X-Forwarded-For".to_string(), vec![address.to_string()]));
         }
+        if let Some(host) = origin.host {
+            forwarded.push(("X-Forwarded-Host".to_string(), vec![host]));
+        }
+        forwarded.push((
+            "X-Forwarded-Proto".to_string(),
+            vec![origin.proto.to_string()],
+        ));
         let query = crate::http::scrub_query(uri.query().unwrap_or(""));
         ConnectInfo {
             headers: forwarded,
@@ -180,11 +185,16 @@ impl DefaultLink {
                 (mapped.to_string(), value.clone())
             })
             .collect();
+        // The service's own word, in place of any the client sent (those are dropped).
+        let diagnostic = token
+            .claim("asrs.s.dc")
+            .is_some_and(|dc| dc.eq_ignore_ascii_case("true"))
+            .then(|| (DIAGNOSTIC_CLIENT.to_string(), vec!["true".to_string()]));
         Box::new(DefaultLink {
             open: OpenConnection {
                 connection_id: String::new(),
                 claims,
-                headers: Vec::new(),
+                headers: diagnostic.into_iter().collect(),
                 query_string: None,
                 ext: Extensions::default(),
             },
@@ -202,7 +212,8 @@ impl DefaultLink {
 
     pub(crate) fn set_connect_info(&mut self, info: ConnectInfo) {
         if self.open.query_string.is_none() {
-            self.open.headers = info.headers;
+            let service = std::mem::replace(&mut self.open.headers, info.headers);
+            self.open.headers.extend(service);
             self.open.query_string = Some(info.query);
         }
     }

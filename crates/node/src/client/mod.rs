@@ -74,8 +74,13 @@ pub(crate) struct ClientConnection {
     pub(crate) key: Box<str>,
     /// Who negotiated it (`Clients::owner_of`): later requests must be theirs.
     owner: u64,
+    /// Anonymous and found by its public connection id: `owner` includes the client's
+    /// address (`Clients::bound_owner`).
+    bound_to_address: bool,
     /// Who waits for it while it has no transport (`Clients::pending_key`).
     pending_key: u64,
+    /// Where it waits from (`Clients::pending_address`; 0: not counted).
+    pending_address: u64,
     pub(crate) connection: Arc<Connection>,
     pub(crate) hub: Arc<Hub>,
     /// When the token's `asrs.s.coae` asks to close the connection (unix seconds);
@@ -159,10 +164,17 @@ impl ClientConnection {
             _ => None,
         };
         let now = clients.now_ms();
+        let bound_to_address = token.user_id().is_none() && key == id.as_str();
+        let mut owner = clients.owner_of(&token);
+        if bound_to_address {
+            owner = clients.bound_owner(owner, source);
+        }
         Arc::new(ClientConnection {
             key: key.into_boxed_str(),
-            owner: clients.owner_of(&token),
+            owner,
+            bound_to_address,
             pending_key: clients.pending_key(&token, source),
+            pending_address: clients.pending_address(source),
             connection: Arc::new(Connection::new(
                 id,
                 user,
@@ -213,17 +225,8 @@ impl ClientConnection {
             upstream.capture(&request.uri);
         }
         if let Some(link) = self.link.lock().as_mut() {
-            let peer = request
-                .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|info| info.0);
-            let trusted = peer.is_some_and(|peer| clients.config().is_trusted_proxy(peer.ip()));
-            link.set_connect_info(ConnectInfo::capture(
-                &request.headers,
-                &request.uri,
-                peer,
-                trusted,
-            ));
+            let origin = crate::http::ClientOrigin::of(request, clients.config());
+            link.set_connect_info(ConnectInfo::capture(&request.headers, &request.uri, origin));
         }
     }
 
@@ -500,6 +503,9 @@ pub(crate) fn create_client(
     if clients.at_connection_limit() {
         return Err(Refusal::Full.into_error());
     }
+    if clients.user_at_limit(&token) {
+        return Err(Refusal::UserFull.into_error());
+    }
     // In a cluster the key names this node, so any node can pass later requests here.
     let named = |random: String| match clients.cluster.in_cluster() {
         true => crate::cluster::proxy::key_naming(random, clients.cluster.node_id()),
@@ -626,16 +632,20 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
         .filter(|id| !id.is_empty())
         .map(str::to_string);
     if let Some(node) = id.as_deref().and_then(|id| elsewhere(&clients, &parts, id)) {
+        let vouched = crate::cluster::assertion::Vouched {
+            client: crate::http::client_ip(&parts, clients.config()),
+            token,
+        };
         let request = Request::from_parts(parts, body);
-        let (cluster, metrics) = (&clients.cluster, clients.metrics());
+        let cluster = &clients.cluster;
         return cluster
             .proxy()
             .forward(
                 cluster,
-                metrics,
                 &hub,
                 node,
                 request,
+                &vouched,
                 "No Connection with that ID",
             )
             .await;
@@ -651,7 +661,8 @@ async fn dispatch(State(clients): State<Arc<Clients>>, request: Request) -> Resp
     let Some(id) = id else {
         return text_error(StatusCode::BAD_REQUEST, "Connection ID required");
     };
-    let Some(client) = clients.get_owned(&id, &hub, &token) else {
+    let source = crate::http::client_ip(&parts, clients.config());
+    let Some(client) = clients.get_owned(&id, &hub, &token, source) else {
         return text_error(StatusCode::NOT_FOUND, "No Connection with that ID");
     };
     let wants_sse = parts

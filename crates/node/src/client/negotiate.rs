@@ -53,10 +53,14 @@ pub(super) async fn negotiate(State(clients): State<Arc<Clients>>, request: Requ
         // so when that node cannot be reached (gone, not yet counted gone) it is made here.
         let copy = Request::from_parts(parts.clone(), axum::body::Body::empty());
         drop(body);
-        let (cluster, metrics) = (&clients.cluster, clients.metrics());
+        let cluster = &clients.cluster;
+        let vouched = crate::cluster::assertion::Vouched {
+            client: client_ip(&parts, clients.config()),
+            token: token.clone(),
+        };
         if let Some(response) = cluster
             .proxy()
-            .try_forward(cluster, metrics, &hub, &node, copy)
+            .try_forward(cluster, &hub, &node, copy, &vouched)
             .await
         {
             return response;

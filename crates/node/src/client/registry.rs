@@ -40,6 +40,8 @@ pub(crate) struct Clients {
     connected: AtomicUsize,
     /// Connections made by negotiate that have no transport yet, in all and per waiter.
     pending: Mutex<Pending>,
+    /// Connected clients by user (`owner_of`), with `limits.max_connections_per_user` only.
+    users: Mutex<HashMap<u64, usize>>,
     /// User agents, kept once for all the connections that send the same one.
     user_agents: Mutex<HashSet<Arc<str>>>,
 }
@@ -52,7 +54,8 @@ const USER_AGENT_LENGTH: usize = 256;
 #[derive(Default)]
 struct Pending {
     total: usize,
-    /// By `ClientConnection::pending_key`: the owner, or for anonymous tokens the address.
+    /// By `ClientConnection::pending_key` (the owner, or for anonymous tokens the address)
+    /// and by `ClientConnection::pending_address` (the address, whoever the owner is).
     by_key: HashMap<u64, usize>,
 }
 
@@ -60,8 +63,11 @@ struct Pending {
 pub(crate) enum Refusal {
     /// `limits.max_client_connections` connected clients.
     Full,
-    /// Too many negotiated connections wait for their transport (node-wide or this waiter's).
+    /// Too many negotiated connections wait for their transport (node-wide, this waiter's or
+    /// this address's).
     TooManyPending,
+    /// `limits.max_connections_per_user` connected clients of this user.
+    UserFull,
 }
 
 impl Refusal {
@@ -73,6 +79,10 @@ impl Refusal {
                 Refusal::TooManyPending => {
                     "too many negotiated connections are waiting to connect; connect the ones \
                      you have or try again later"
+                }
+                Refusal::UserFull => {
+                    "this user has reached its maximum number of client connections on this \
+                     node (limits.max_connections_per_user); close one or try again later"
                 }
             },
         )
@@ -121,6 +131,7 @@ impl Clients {
             owners: RandomState::new(),
             connected: AtomicUsize::new(0),
             pending: Mutex::new(Pending::default()),
+            users: Mutex::new(HashMap::new()),
             user_agents: Mutex::new(HashSet::new()),
         }
     }
@@ -176,7 +187,8 @@ impl Clients {
     /// claims but the times (`exp`, `iat`, `nbf`), so a client whose token factory signs a
     /// fresh token per request stays the same owner. Later requests of a connection must come
     /// from the same owner. (Anonymous tokens with equal claims are indistinguishable: for
-    /// them only negotiate v1's secret connection token keeps sessions apart.)
+    /// them negotiate v1's secret connection token keeps sessions apart, and sessions found
+    /// by their public id are also bound to an address, see [`Clients::bound_owner`].)
     pub(crate) fn owner_of(&self, token: &VerifiedToken) -> u64 {
         let mut hasher = self.owners.build_hasher();
         match token.user_id() {
@@ -193,18 +205,30 @@ impl Clients {
         hasher.finish()
     }
 
-    /// The connection `key` names, if it belongs to `hub` and to the token's owner. Anything
-    /// else looks like an unknown id, so ids cannot be probed with another user's token.
+    /// An anonymous owner tied to the client address it came from: for sessions found by
+    /// their connection id (negotiate v0, WebSockets without negotiate), which other clients
+    /// can learn, the address is what tells two anonymous visitors apart.
+    pub(crate) fn bound_owner(&self, owner: u64, source: Option<IpAddr>) -> u64 {
+        self.owners.hash_one(("bound", owner, source))
+    }
+
+    /// The connection `key` names, if it belongs to `hub` and to the token's owner (and, for
+    /// an anonymous session found by its id, comes from its address: `source`, the request's
+    /// client address). Anything else looks like an unknown id, so ids cannot be probed with
+    /// another user's token.
     pub(crate) fn get_owned(
         &self,
         key: &str,
         hub: &HubName,
         token: &VerifiedToken,
+        source: Option<IpAddr>,
     ) -> Option<Arc<ClientConnection>> {
         let client = self.get(key)?;
-        let owned = !client.is_finished()
-            && client.hub.name() == hub
-            && client.owner == self.owner_of(token);
+        let mut owner = self.owner_of(token);
+        if client.bound_to_address {
+            owner = self.bound_owner(owner, source);
+        }
+        let owned = !client.is_finished() && client.hub.name() == hub && client.owner == owner;
         owned.then_some(client)
     }
 
@@ -221,25 +245,41 @@ impl Clients {
         }
     }
 
+    /// Who else waits from the same client address, for the per-address cap (0: not
+    /// counted: no address, an exempt one, or no cap), so that rotating user ids does not
+    /// pass the per-user cap.
+    pub(crate) fn pending_address(&self, source: Option<IpAddr>) -> u64 {
+        match source {
+            Some(ip)
+                if self.config().limits.max_pending_negotiations_per_address != 0
+                    && !self.config().is_exempt_address(ip) =>
+            {
+                self.owners.hash_one(("negotiating from", ip)).max(1)
+            }
+            _ => 0,
+        }
+    }
+
     /// Registers a connection that waits for its transport, within the pending caps.
     pub(crate) fn insert(&self, client: Arc<ClientConnection>) -> Result<(), Refusal> {
         let limits = &self.config().limits;
         {
             let mut pending = self.pending.lock();
-            let waiting = pending
-                .by_key
-                .get(&client.pending_key)
-                .copied()
-                .unwrap_or(0);
+            let waiting = |key: u64| pending.by_key.get(&key).copied().unwrap_or(0);
             let over_total = limits.max_pending_negotiations != 0
                 && pending.total >= limits.max_pending_negotiations;
             let over_own = limits.max_pending_negotiations_per_user != 0
-                && waiting >= limits.max_pending_negotiations_per_user;
-            if over_total || over_own {
+                && waiting(client.pending_key) >= limits.max_pending_negotiations_per_user;
+            let over_address = client.pending_address != 0
+                && waiting(client.pending_address) >= limits.max_pending_negotiations_per_address;
+            if over_total || over_own || over_address {
                 return Err(Refusal::TooManyPending);
             }
             pending.total += 1;
             *pending.by_key.entry(client.pending_key).or_insert(0) += 1;
+            if client.pending_address != 0 {
+                *pending.by_key.entry(client.pending_address).or_insert(0) += 1;
+            }
         }
         self.table.write().replace(ClientEntry(client));
         self.metrics().connections_opened.inc();
@@ -253,10 +293,60 @@ impl Clients {
         }
         let mut pending = self.pending.lock();
         pending.total = pending.total.saturating_sub(1);
-        if let Some(count) = pending.by_key.get_mut(&client.pending_key) {
+        for key in [client.pending_key, client.pending_address] {
+            if key == 0 {
+                continue;
+            }
+            if let Some(count) = pending.by_key.get_mut(&key) {
+                *count -= 1;
+                if *count == 0 {
+                    pending.by_key.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The user a connection counts for under `limits.max_connections_per_user`, if any.
+    fn counted_user(&self, client: &ClientConnection) -> Option<u64> {
+        let counted = self.config().limits.max_connections_per_user != 0
+            && client.connection.user().is_some();
+        counted.then_some(client.owner)
+    }
+
+    /// Whether the token's user has `limits.max_connections_per_user` clients connected here
+    /// (checked at negotiate, so the refusal comes before any work).
+    pub(crate) fn user_at_limit(&self, token: &VerifiedToken) -> bool {
+        let limit = self.config().limits.max_connections_per_user;
+        if limit == 0 || token.user_id().is_none() {
+            return false;
+        }
+        let owner = self.owner_of(token);
+        self.users.lock().get(&owner).is_some_and(|n| *n >= limit)
+    }
+
+    /// Counts a connecting client for its user, within `limits.max_connections_per_user`.
+    fn count_user(&self, client: &ClientConnection) -> Result<(), Refusal> {
+        let Some(user) = self.counted_user(client) else {
+            return Ok(());
+        };
+        let mut users = self.users.lock();
+        let count = users.entry(user).or_insert(0);
+        if *count >= self.config().limits.max_connections_per_user {
+            return Err(Refusal::UserFull);
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    fn uncount_user(&self, client: &ClientConnection) {
+        let Some(user) = self.counted_user(client) else {
+            return;
+        };
+        let mut users = self.users.lock();
+        if let Some(count) = users.get_mut(&user) {
             *count -= 1;
             if *count == 0 {
-                pending.by_key.remove(&client.pending_key);
+                users.remove(&user);
             }
         }
     }
@@ -274,9 +364,14 @@ impl Clients {
         if !admitted {
             return Err(Refusal::Full.into_error());
         }
+        if let Err(refusal) = self.count_user(client) {
+            self.connected.fetch_sub(1, Ordering::AcqRel);
+            return Err(refusal.into_error());
+        }
         let throttle = &self.shared.throttle;
         if let Err(refusal) = throttle.handshake_begins(self.metrics()) {
             self.connected.fetch_sub(1, Ordering::AcqRel);
+            self.uncount_user(client);
             return Err(TextError::throttled(refusal));
         }
         client.handshaking.store(true, Ordering::Release);
@@ -331,6 +426,7 @@ impl Clients {
         self.handshake_arrived(client);
         if client.admitted() {
             self.connected.fetch_sub(1, Ordering::AcqRel);
+            self.uncount_user(client);
         }
         let metrics = self.metrics();
         if let Some(transport) = client.transport() {

@@ -42,10 +42,12 @@ pub(super) fn connect(
 ) -> Response {
     let id_less = id.is_none();
     let client = match id {
-        Some(id) => match clients.get_owned(&id, &hub, &token) {
-            Some(client) => client,
-            None => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
-        },
+        Some(id) => {
+            match clients.get_owned(&id, &hub, &token, client_ip(request, clients.config())) {
+                Some(client) => client,
+                None => return text_error(StatusCode::NOT_FOUND, "No Connection with that ID"),
+            }
+        }
         // No negotiate: skip-negotiation clients and Python clients after a redirect. This
         // is the connection's first request, so the connect rates apply here.
         None => match super::throttle_connect(&clients, request).and_then(|()| {

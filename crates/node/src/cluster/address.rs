@@ -2,6 +2,7 @@
 //! node that holds a connection).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::ValidConfig;
 
@@ -48,6 +49,40 @@ pub(crate) fn unnamed_host(key: &rustls::sign::CertifiedKey, url: &str) -> Optio
         .then_some(host)
 }
 
+/// Whether `url` can be a node's internal URL: an http(s) origin with a host and a port
+/// (given or the scheme's), and nothing else: no path, query, fragment or user info. Another
+/// node's answer is the only source of such a URL, and a request passed on goes to it with a
+/// client's transport request, so anything else is refused.
+pub(crate) fn is_node_origin(url: &str) -> bool {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return false;
+    };
+    matches!(parsed.scheme(), "http" | "https")
+        && parsed.host_str().is_some_and(|h| !h.is_empty())
+        && parsed.port_or_known_default().is_some()
+        && parsed.username().is_empty()
+        && parsed.password().is_none()
+        && parsed.path() == "/"
+        && parsed.query().is_none()
+        && parsed.fragment().is_none()
+        // The URL as written, not only as parsed: `{url}{path}` is what is requested.
+        && !url.ends_with('/')
+        && !url.contains(['?', '#', '@', '\\'])
+}
+
+/// Logs a refused address, the first time only: whoever forges them can repeat them.
+pub(crate) fn refused(node: &str, url: &str) {
+    static LOGGED: AtomicBool = AtomicBool::new(false);
+    if !LOGGED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            node,
+            url,
+            "refusing an address answer that is not a node's origin (http(s)://host:port): \
+             nothing is passed on to it (logged once; see switchyard_cluster_addresses_refused)"
+        );
+    }
+}
+
 /// The local address this host sends from to reach `(host, port)` (no packet is sent: a UDP
 /// connect only picks the route).
 fn routed_from(bind: IpAddr, (host, port): (String, u16)) -> Option<IpAddr> {
@@ -60,6 +95,33 @@ fn routed_from(bind: IpAddr, (host, port): (String, u16)) -> Option<IpAddr> {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn only_origins_are_node_addresses() {
+        for good in [
+            "http://10.0.0.1:8080",
+            "https://node-1.internal:8443",
+            "http://[::1]:9000",
+            "http://node",
+        ] {
+            assert!(is_node_origin(good), "{good}");
+        }
+        for bad in [
+            "http://10.0.0.1:8080/evil",
+            "http://10.0.0.1:8080/",
+            "http://10.0.0.1:8080?x=1",
+            "http://10.0.0.1:8080#f",
+            "http://user:pw@10.0.0.1:8080",
+            "http://user@10.0.0.1:8080",
+            "ftp://10.0.0.1:21",
+            "file:///etc/passwd",
+            "http://a\\@b:1",
+            "10.0.0.1:8080",
+            "",
+        ] {
+            assert!(!is_node_origin(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn an_address_on_every_interface_is_the_one_routed_to_the_backplane() {

@@ -14,6 +14,8 @@
 //! - `address`: where the other nodes reach this node over HTTP or HTTPS.
 //! - `peer_tls`: how other nodes' certificates are checked when requests go to them over TLS.
 //! - `proxy`: requests for connections another node holds, passed on to it.
+//! - `assertion`: what the passing node vouches for (the client's token and address), which
+//!   the owner checks instead of credentials; [`vouched_layer`] checks it on every request.
 //! - here: [`Cluster`]: asking, publishing, and the node's questions about the others.
 //!
 //! A new node-to-node question is a variant in `question`, its answer in `answer` (or a
@@ -22,6 +24,7 @@
 pub(crate) mod address;
 mod answer;
 mod asks;
+pub(crate) mod assertion;
 mod control;
 pub(crate) mod members;
 mod peer_tls;
@@ -67,6 +70,8 @@ pub struct Cluster {
     proxy: proxy::Proxy,
     /// How other nodes' certificates are checked when requests go to them over https.
     peer_trust: Arc<peer_tls::NodeVerifier>,
+    /// The cluster's keys (as the backplane's): assertions between nodes are made with them.
+    seal: switchyard_backplane::envelope::Seal,
 }
 
 // The backplane holds the node's sink (and so its router), and the router holds the
@@ -125,6 +130,7 @@ impl Cluster {
                 peer_tls::client_config(peer_trust.clone()),
             ),
             peer_trust,
+            seal: config.cluster_seal(),
             resync: parking_lot::Mutex::default(),
             ask_timeout: config.cluster.ask_timeout,
             backplane,
@@ -140,6 +146,10 @@ impl Cluster {
 
     pub fn node_id(&self) -> &NodeId {
         &self.node_id
+    }
+
+    pub(crate) fn seal(&self) -> &switchyard_backplane::envelope::Seal {
+        &self.seal
     }
 
     /// Whether other processes' nodes share this node's backplane.
@@ -302,13 +312,22 @@ impl Cluster {
     /// The URL other nodes reach `node` at over HTTP.
     pub(crate) async fn address_of(&self, hub: &HubName, node: &str) -> Lookup {
         let channel = Channel::Node(node.to_string());
+        // Only an origin settles it: a forged answer must not cut the real one off.
         let gathered = self
-            .ask(hub, channel, Question::Address, |a| {
-                matches!(a, Answer::At(_))
-            })
+            .ask(
+                hub,
+                channel,
+                Question::Address,
+                |a| matches!(a, Answer::At(url) if address::is_node_origin(url)),
+            )
             .await;
         let found = gathered.answers.into_iter().find_map(|a| match a {
-            Answer::At(url) => Some(url),
+            Answer::At(url) if address::is_node_origin(&url) => Some(url),
+            Answer::At(url) => {
+                address::refused(node, &url);
+                self.metrics.cluster_addresses_refused.inc();
+                None
+            }
             _ => None,
         });
         match (found, gathered.complete) {
@@ -400,4 +419,47 @@ pub(crate) enum Lookup {
     /// Could not be told: the backplane did not take the question, or a reader did not answer
     /// in time.
     Unknown,
+}
+
+/// Every request: one marked as passed on by another node (`x-switchyard-forwarded-by`)
+/// counts only with that node's assertion, which then stands in for the client's token and
+/// address (a [`assertion::Vouched`] extension); without one it is refused with 403, as the
+/// mark is anyone's to send. Outside a cluster the mark means nothing and is dropped.
+pub(crate) async fn vouched_layer(
+    axum::extract::State(cluster): axum::extract::State<Arc<Cluster>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let checked = request.headers().get(proxy::FORWARDED_BY).map(|by| {
+        assertion::check(
+            &cluster.seal,
+            by.to_str().unwrap_or(""),
+            request.method(),
+            request.uri().path_and_query().map_or("/", |p| p.as_str()),
+            request.headers().get(assertion::ASSERTION),
+            assertion::unix_now(),
+        )
+    });
+    match checked {
+        None => {}
+        Some(_) if !cluster.in_cluster() => {
+            request.headers_mut().remove(proxy::FORWARDED_BY);
+        }
+        Some(Ok(vouched)) => {
+            let extensions = request.extensions_mut();
+            extensions.insert(crate::http::VouchedClient(vouched.client));
+            extensions.insert(vouched);
+        }
+        Some(Err(why)) => {
+            tracing::debug!(why, "refusing a request marked as passed on by a node");
+            return crate::http::text_error(
+                axum::http::StatusCode::FORBIDDEN,
+                format!(
+                    "{} is only for requests one node passes to another: {why}",
+                    proxy::FORWARDED_BY
+                ),
+            );
+        }
+    }
+    next.run(request).await
 }

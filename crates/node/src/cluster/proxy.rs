@@ -21,6 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use switchyard_core::HubName;
 
+use super::assertion::{self, Vouched};
 use super::{Cluster, Lookup};
 use crate::config::Timeouts;
 use crate::http::{is_websocket_upgrade, text_error};
@@ -139,19 +140,20 @@ impl Proxy {
         self.addresses.lock().remove(node);
     }
 
-    /// Passes `request` (already authorized here; the owner checks it again) to `node` and
+    /// Passes `request` (already authorized here, as `vouched` says: the owner believes this
+    /// node's assertion of it instead of the credentials, which stay here) to `node` and
     /// returns its answer. A node that cannot be reached holds no connections anyone can use,
     /// so the caller hears `missing` with a 404, as for an unknown connection.
     pub(crate) async fn forward(
         &self,
         cluster: &Cluster,
-        metrics: &Metrics,
         hub: &HubName,
         node: &str,
         request: Request,
+        vouched: &Vouched,
         missing: &'static str,
     ) -> Response {
-        self.try_forward(cluster, metrics, hub, node, request)
+        self.try_forward(cluster, hub, node, request, vouched)
             .await
             .unwrap_or_else(|| text_error(StatusCode::NOT_FOUND, missing))
     }
@@ -160,11 +162,12 @@ impl Proxy {
     pub(crate) async fn try_forward(
         &self,
         cluster: &Cluster,
-        metrics: &Metrics,
         hub: &HubName,
         node: &str,
         request: Request,
+        vouched: &Vouched,
     ) -> Option<Response> {
+        let metrics = &*cluster.metrics;
         let unreachable = |metrics: &Metrics| {
             metrics
                 .cluster_requests_forwarded
@@ -177,7 +180,7 @@ impl Proxy {
             unreachable(metrics);
             return None;
         };
-        let Some((outgoing, client_side, due)) = self.outgoing(&base, cluster.node_id(), request)
+        let Some((outgoing, client_side, due)) = self.outgoing(&base, cluster, request, vouched)
         else {
             unreachable(metrics);
             return None;
@@ -209,15 +212,18 @@ impl Proxy {
     }
 
     /// The request as it goes to the node at `base`: its URL there, HTTP/1.1, without this
-    /// hop's headers, marked as passed on by `me`, the client's address appended to
+    /// hop's headers and without the client's credentials, marked as passed on by this node
+    /// with its assertion of what it checked, the client's address appended to
     /// `X-Forwarded-For`; with the client's side of a WebSocket upgrade, and how long the
     /// other node may take to answer. `None` when the URL does not parse.
     fn outgoing(
         &self,
         base: &str,
-        me: &str,
+        cluster: &Cluster,
         mut request: Request,
+        vouched: &Vouched,
     ) -> Option<(Request, Option<hyper::upgrade::OnUpgrade>, Duration)> {
+        let me = cluster.node_id();
         let upgrade = is_websocket_upgrade(request.headers());
         let client_side = if upgrade {
             request
@@ -230,7 +236,7 @@ impl Proxy {
             .extensions()
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|info| info.0.ip());
-        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let path = without_credential(request.uri());
         let uri = format!("{base}{path}").parse::<Uri>().ok()?;
         let (mut parts, body) = request.into_parts();
         parts.uri = uri;
@@ -242,6 +248,16 @@ impl Proxy {
             headers.remove(header::UPGRADE);
         }
         headers.remove(header::HOST);
+        headers.remove(header::AUTHORIZATION);
+        let assertion = assertion::make(
+            cluster.seal(),
+            me,
+            &parts.method,
+            &path,
+            vouched,
+            assertion::unix_now(),
+        );
+        headers.insert(assertion::ASSERTION, assertion);
         if let Some(peer) = peer {
             append_forwarded_for(headers, peer);
         }
@@ -319,6 +335,28 @@ where
     }
 }
 
+/// The path and query of `uri` without `access_token` (compared decoded and ignoring case,
+/// as the service reads it): the owner believes the assertion, the token stays here.
+fn without_credential(uri: &Uri) -> String {
+    let path = uri.path();
+    let Some(query) = uri.query() else {
+        return path.to_string();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let key = pair.split('=').next().unwrap_or("");
+            let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+            !key.replace('+', " ").eq_ignore_ascii_case("access_token")
+        })
+        .collect();
+    if kept.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    }
+}
+
 fn strip_hop_by_hop(headers: &mut axum::http::HeaderMap) {
     for name in &HOP_BY_HOP {
         headers.remove(name);
@@ -355,6 +393,24 @@ mod tests {
         assert_eq!(node_of_key(&key), Some("node-1.eu"));
         assert_eq!(node_of_key("plain"), None);
         assert_eq!(node_of_key("trailing."), None);
+    }
+
+    #[test]
+    fn the_token_in_the_query_stays_behind() {
+        let cases = [
+            (
+                "/client/?hub=h&access_token=T&id=k.n2",
+                "/client/?hub=h&id=k.n2",
+            ),
+            ("/client/?ACCESS_TOKEN=T&hub=h", "/client/?hub=h"),
+            ("/client/?access%5Ftoken=T&hub=h", "/client/?hub=h"),
+            ("/client/?access_token=T", "/client/"),
+            ("/client/?hub=h", "/client/?hub=h"),
+            ("/server/", "/server/"),
+        ];
+        for (given, sent) in cases {
+            assert_eq!(without_credential(&given.parse().unwrap()), sent, "{given}");
+        }
     }
 
     #[test]

@@ -25,6 +25,8 @@ const OPTIONAL_STRING_KEYS: &[&str] = &[
     "cluster.node_id",
     "cluster.internal_url",
     "cluster.ca_file",
+    "cluster.secret",
+    "cluster.secondary_secret",
     "tls.cert",
     "tls.key",
     "upstream.ca_file",

@@ -36,17 +36,33 @@ pub struct Limits {
     /// one source address), so one peer cannot take the whole node-wide allowance; 0 =
     /// unlimited. Over it negotiate answers 429. Default 1,000.
     pub max_pending_negotiations_per_user: usize,
+    /// The same per client address (after `trusted_proxies`), whatever user ids its tokens
+    /// name, so rotating user ids does not pass the per-user cap; 0 = unlimited. Over it
+    /// negotiate answers 429. Default 1,000.
+    pub max_pending_negotiations_per_address: usize,
+    /// Connected clients of one user id on this node (anonymous clients are not counted);
+    /// 0 = unlimited. Over it negotiate and the transport's connect answer 429. Default 0.
+    pub max_connections_per_user: usize,
     /// Open HTTP sockets (clients, REST callers, app servers) this node accepts; 0 = automatic
-    /// (the process's open-files limit minus 64). Default 0.
+    /// (the process's open-files limit, its soft limit raised to the hard one at start, minus
+    /// 64). At it a new socket takes the place of the oldest one doing nothing. Default 0.
     pub max_http_connections: usize,
     /// Of `max_http_connections`, the last this many sockets serve only health, metrics and
     /// app servers (`/server`): a flood of clients cannot lock operators and app servers out.
     /// Default 64.
     pub reserved_http_connections: usize,
-    /// Open sockets from one source address; 0 = unlimited. Default 0.
+    /// Open sockets from one source address (the socket's peer; `trusted_proxies` and
+    /// `exempt_addresses` are exempt); 0 = unlimited. Default 10,000: far more than one
+    /// office behind a NAT holds, far less than a node's automatic socket cap.
     pub max_connections_per_address: usize,
+    /// Source addresses (IPs or CIDR ranges) the per-address caps do not apply to
+    /// (`max_connections_per_address`, `max_pending_negotiations_per_address`). Default
+    /// loopback (`127.0.0.0/8`, `::1`): benchmarks, tests and a proxy on the same machine
+    /// connect from there.
+    pub exempt_addresses: Vec<String>,
     /// Longest lifetime (`exp` − `iat`, or `exp` − now without `iat`) a token may have; 0 =
-    /// no cap. Default 0.
+    /// no cap. Default 24 h: a leaked token (in a log, a browser's history) stops working
+    /// within a day, while the SDKs' own tokens live 1 h.
     #[serde(with = "humantime_serde")]
     pub max_token_lifetime: Duration,
     /// App-server connections this node holds, every hub together; 0 = unlimited. Over it the
@@ -190,10 +206,13 @@ impl Default for Limits {
             max_pending_bytes_per_server_connection: 64 * 1024 * 1024,
             max_pending_negotiations: 10_000,
             max_pending_negotiations_per_user: 1_000,
+            max_pending_negotiations_per_address: 1_000,
+            max_connections_per_user: 0,
             max_http_connections: 0,
             reserved_http_connections: 64,
-            max_connections_per_address: 0,
-            max_token_lifetime: Duration::ZERO,
+            max_connections_per_address: 10_000,
+            exempt_addresses: vec!["127.0.0.0/8".into(), "::1".into()],
+            max_token_lifetime: Duration::from_secs(24 * 3600),
             max_server_connections: 10_000,
             max_server_connections_per_hub: 1_000,
             max_relay_buffered_bytes: 256 * 1024 * 1024,

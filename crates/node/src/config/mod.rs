@@ -126,10 +126,29 @@ impl Config {
         self.access_key.is_none()
     }
 
+    /// The keys of the cluster: `cluster.secret` (and `cluster.secondary_secret`) when set,
+    /// else the access keys, so rotating those rotates these; in development mode the
+    /// Emulator's public key, which authenticates nothing (such a node listens on loopback
+    /// only). Senders seal with the first; receivers accept all.
+    pub fn cluster_seal(&self) -> switchyard_backplane::envelope::Seal {
+        use switchyard_backplane::envelope::Seal;
+        let (primary, secondary) = match &self.cluster.secret {
+            Some(secret) => (secret, &self.cluster.secondary_secret),
+            None => match &self.access_key {
+                Some(key) => (key, &self.secondary_access_key),
+                None => return Seal::development(),
+            },
+        };
+        let also: Vec<&[u8]> = secondary.iter().map(|s| s.as_bytes()).collect();
+        Seal::from_secrets(primary.as_bytes(), &also)
+    }
+
     /// Checks every setting and keeps what the checks parsed.
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let templates = self.check()?;
         let trusted_proxies = parse_proxies(&self.trusted_proxies)?;
+        let exempt_addresses =
+            parse_networks("limits.exempt_addresses", &self.limits.exempt_addresses)?;
         let tls_key = self.tls.load()?;
         let upstream_roots = match &self.upstream.ca_file {
             Some(path) => crate::tls::load_roots(path)
@@ -145,6 +164,7 @@ impl Config {
             config: self,
             templates,
             trusted_proxies,
+            exempt_addresses,
             tls_key,
             upstream_roots,
             cluster_roots,
@@ -176,6 +196,8 @@ pub struct ValidConfig {
     config: Config,
     templates: Templates,
     trusted_proxies: Vec<IpNet>,
+    /// `limits.exempt_addresses`, parsed.
+    exempt_addresses: Vec<IpNet>,
     /// The listener's certificate as loaded at start (reloads replace it in the listener).
     tls_key: Option<Arc<rustls::sign::CertifiedKey>>,
     /// `upstream.ca_file`'s certificates.
@@ -192,10 +214,13 @@ impl ValidConfig {
         let templates =
             Templates::parse(&config.upstream.templates).map_err(ConfigError::Invalid)?;
         let trusted_proxies = parse_proxies(&config.trusted_proxies)?;
+        let exempt_addresses =
+            parse_networks("limits.exempt_addresses", &config.limits.exempt_addresses)?;
         Ok(ValidConfig {
             config,
             templates,
             trusted_proxies,
+            exempt_addresses,
             tls_key: None,
             upstream_roots: Vec::new(),
             cluster_roots: Vec::new(),
@@ -231,6 +256,17 @@ impl ValidConfig {
         let peer = canonical_ip(peer);
         self.trusted_proxies.iter().any(|net| net.contains(&peer))
     }
+
+    /// Whether the per-address caps pass over an address: a trusted proxy (many clients
+    /// behind it) or one of `limits.exempt_addresses`.
+    pub(crate) fn is_exempt_address(&self, address: IpAddr) -> bool {
+        let address = canonical_ip(address);
+        self.is_trusted_proxy(address)
+            || self
+                .exempt_addresses
+                .iter()
+                .any(|net| net.contains(&address))
+    }
 }
 
 impl Deref for ValidConfig {
@@ -243,6 +279,11 @@ impl Deref for ValidConfig {
 
 /// `trusted_proxies` entries: an IP address or a CIDR range.
 pub(crate) fn parse_proxies(entries: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    parse_networks("trusted_proxies", entries)
+}
+
+/// A list setting of IP addresses and CIDR ranges.
+fn parse_networks(setting: &str, entries: &[String]) -> Result<Vec<IpNet>, ConfigError> {
     entries
         .iter()
         .map(|entry| {
@@ -251,7 +292,7 @@ pub(crate) fn parse_proxies(entries: &[String]) -> Result<Vec<IpNet>, ConfigErro
                 .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
                 .map_err(|_| {
                     ConfigError::Invalid(format!(
-                        "trusted_proxies: '{entry}' is not an IP address or a CIDR range like 10.0.0.0/8"
+                        "{setting}: '{entry}' is not an IP address or a CIDR range like 10.0.0.0/8"
                     ))
                 })
         })

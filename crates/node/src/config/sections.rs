@@ -329,6 +329,12 @@ pub struct Cluster {
     /// PEM bundle of the certificate authorities trusted for other nodes' https internal URLs.
     /// Default: the certificates of this node's own `tls.cert` file.
     pub ca_file: Option<PathBuf>,
+    /// The secret every backplane message and every request passed between nodes is
+    /// authenticated with (an HMAC-SHA256 key derived from it); the same on every node, at
+    /// least 32 characters. Default: derived from `access_key`.
+    pub secret: Option<String>,
+    /// A second secret accepted (not used to seal), for rotating `secret` one node at a time.
+    pub secondary_secret: Option<String>,
 }
 
 impl Default for Cluster {
@@ -341,6 +347,8 @@ impl Default for Cluster {
             node_timeout: Duration::from_secs(5),
             internal_url: None,
             ca_file: None,
+            secret: None,
+            secondary_secret: None,
         }
     }
 }
@@ -397,6 +405,19 @@ impl Cluster {
                     "cluster.internal_url {url:?} must be http(s)://host[:port] with no path"
                 ));
             }
+        }
+        for (name, secret) in [
+            ("cluster.secret", &self.secret),
+            ("cluster.secondary_secret", &self.secondary_secret),
+        ] {
+            if secret.as_ref().is_some_and(|s| s.len() < 32) {
+                return Err(format!(
+                    "{name} must be at least 32 characters (a shorter secret is guessable)"
+                ));
+            }
+        }
+        if self.secondary_secret.is_some() && self.secret.is_none() {
+            return Err("cluster.secondary_secret is set but cluster.secret is not".into());
         }
         if let Some(url) = &self.backplane {
             // Only the shape: which schemes exist is the binary's to say. The URL itself is

@@ -44,10 +44,19 @@ pub(crate) struct Session {
     announced: Instant,
 }
 
-pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
+/// `expires_at`: the token's `exp` (Unix seconds) when the page came in with one; the
+/// session ends then, as client connections do, so a token's lifetime bounds the access it gave.
+pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket, expires_at: Option<i64>) {
     if !handshake(&mut socket).await {
         return;
     }
+    let expiry = async move {
+        match expires_at {
+            Some(at) => tokio::time::sleep(until_unix(at)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expiry);
     let mut session = Session::new(dashboard);
     let mut snapshots = interval(Duration::from_secs(1));
     snapshots.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -71,6 +80,9 @@ pub(super) async fn run(dashboard: Arc<Dashboard>, mut socket: WebSocket) {
                     Ok(out) => out,
                     Err(error) => return close(&mut socket, &error).await,
                 }
+            }
+            _ = &mut expiry => {
+                return close(&mut socket, "the dashboard's token has expired: sign in with a fresh one").await;
             }
             _ = snapshots.tick() => {
                 if heard.elapsed() > CLIENT_TIMEOUT {
@@ -129,6 +141,14 @@ async fn handshake(socket: &mut WebSocket) -> bool {
             Err(_) => return false,
         }
     }
+}
+
+/// How long until the Unix time `at` (zero once it has passed).
+fn until_unix(at: i64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Duration::from_secs(u64::try_from(at).unwrap_or(0)).saturating_sub(now)
 }
 
 /// Sends a Close message with `error`, then ends.

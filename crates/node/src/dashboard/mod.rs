@@ -83,15 +83,16 @@ impl Dashboard {
     }
 
     /// Whether the request comes from an operator: a dashboard token (see the module
-    /// settings, `config::Dashboard`), or anyone on loopback in development mode.
-    fn check(&self, request: &axum::http::request::Parts) -> Result<(), String> {
+    /// settings, `config::Dashboard`), or anyone on loopback in development mode. Ok holds the
+    /// token's `exp` (Unix seconds), `None` when no token was needed.
+    fn check(&self, request: &axum::http::request::Parts) -> Result<Option<i64>, String> {
         let config = &self.shared.config;
         let peer_is_loopback = request
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .is_some_and(|info| crate::config::canonical_ip(info.0.ip()).is_loopback());
         if config.development_mode() && peer_is_loopback {
-            return Ok(());
+            return Ok(None);
         }
         let query = Query::parse(&request.uri);
         let token = bearer_token(&request.headers, &query);
@@ -111,14 +112,14 @@ impl Dashboard {
                     (name == ADMIN_ROLE.0 || name == ROLE_CLAIM_URI) && value == ADMIN_ROLE.1
                 });
                 match admin {
-                    true => Ok(()),
+                    true => Ok(Some(verified.expires_at)),
                     false => Err("the token has no admin role (claim role=admin)".into()),
                 }
             }
             Err(error) => match &self.dashboard_key {
                 Some(auth) => auth
                     .authenticate(token, DASHBOARD_PATH, None, &strict)
-                    .map(|_| ())
+                    .map(|verified| Some(verified.expires_at))
                     .map_err(|e| e.to_string()),
                 None => Err(error.to_string()),
             },
@@ -134,33 +135,45 @@ pub(crate) fn routes() -> axum::Router<Arc<Dashboard>> {
         .route("/dashboard/assets/{name}", get(asset))
 }
 
-/// The page: only for operators (a refusal shows how to get in).
+/// The page. It holds no data (everything comes through the admin hub, which checks the
+/// token), so it is served without one: the token stays out of the address, given after a
+/// `#` (never sent to a server, kept out of logs and `Referer`) or in the page's form. An
+/// address that does carry `?access_token=` (links printed by earlier releases) is checked
+/// here, so a wrong one is refused with the reason.
 async fn page(State(dashboard): State<Arc<Dashboard>>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
-    match dashboard.check(&parts) {
-        Ok(()) => (
-            [
-                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-store"),
-                (header::REFERRER_POLICY, "no-referrer"),
-                (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-                (header::X_FRAME_OPTIONS, "DENY"),
-            ],
-            PAGE,
-        )
-            .into_response(),
-        Err(why) => (
-            StatusCode::UNAUTHORIZED,
-            [
-                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-store"),
-                (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-                (header::X_FRAME_OPTIONS, "DENY"),
-            ],
-            REFUSED.replace("{why}", &html_escape(&why)),
-        )
-            .into_response(),
-    }
+    let given = Query::parse(&parts.uri).get("access_token").is_some();
+    let auth = match dashboard.check(&parts) {
+        // On loopback in development mode the page connects without asking for a token.
+        Ok(None) => "open",
+        Ok(Some(_)) => "token",
+        Err(why) if given => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [
+                    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                    (header::CACHE_CONTROL, "no-store"),
+                    (header::REFERRER_POLICY, "no-referrer"),
+                    (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+                    (header::X_FRAME_OPTIONS, "DENY"),
+                ],
+                REFUSED.replace("{why}", &html_escape(&why)),
+            )
+                .into_response()
+        }
+        Err(_) => "needed",
+    };
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        PAGE.replacen("<body>", &format!("<body data-auth=\"{auth}\">"), 1),
+    )
+        .into_response()
 }
 
 /// The admin hub: a WebSocket that speaks the SignalR JSON hub protocol.
@@ -172,9 +185,10 @@ async fn admin_hub(State(dashboard): State<Arc<Dashboard>>, request: Request) ->
             "the admin hub takes WebSockets from the dashboard's own page only",
         );
     }
-    if let Err(why) = dashboard.check(&parts) {
-        return text_error(StatusCode::UNAUTHORIZED, why);
-    }
+    let expires_at = match dashboard.check(&parts) {
+        Ok(expires_at) => expires_at,
+        Err(why) => return text_error(StatusCode::UNAUTHORIZED, why),
+    };
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(upgrade) => upgrade,
         Err(_) => {
@@ -186,7 +200,7 @@ async fn admin_hub(State(dashboard): State<Arc<Dashboard>>, request: Request) ->
     };
     upgrade
         .max_message_size(hub::MAX_MESSAGE)
-        .on_upgrade(move |socket| hub::run(dashboard, socket))
+        .on_upgrade(move |socket| hub::run(dashboard, socket, expires_at))
 }
 
 /// The page's scripts and styles, the official SignalR browser client and uPlot among them.

@@ -10,11 +10,14 @@
 //!   trace covers every node.
 //! - `throttling`: negotiates passed to another node count against the limit; a hung node.
 //! - `default_mode`: app servers that know one node serve clients on every node.
+//! - `trust`: only sealed backplane messages count; forged node addresses and forged
+//!   passed-on requests are refused.
 
 mod dashboard;
 mod default_mode;
 mod sends;
 mod throttling;
+mod trust;
 
 use std::sync::Arc;
 
@@ -28,6 +31,7 @@ use switchyard_testkit::TestServer;
 async fn redis_node(url: &str, prefix: &str, name: &str, config: Config) -> TestServer {
     let mut settings = RedisSettings::new(url);
     settings.prefix = prefix.into();
+    settings.seal = config.cluster_seal();
     let backplane: Arc<dyn Backplane> = RedisBackplane::connect(settings)
         .await
         .expect("the Redis backplane connects");

@@ -32,7 +32,7 @@ async fn request(server: &TestServer, text: &str, wait: Duration) -> (TcpStream,
 
 fn negotiate_request(server: &TestServer, hub: &str) -> String {
     format!(
-        "POST /client/negotiate?hub={hub}&negotiateVersion=1 HTTP/1.1\r\nHost: x\r\n\
+        "POST /client/negotiate?hub={hub}&negotiateVersion=1 HTTP/1.1\r\nHost: localhost\r\n\
          Authorization: Bearer {}\r\nContent-Length: 0\r\n\r\n",
         server.token(hub, None)
     )
@@ -82,7 +82,12 @@ async fn negotiates_in_progress_are_bounded() {
         refused.contains("throttling.max_negotiations_in_progress"),
         "{refused}"
     );
-    let (_, health) = request(&entry, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n", WAIT).await;
+    let (_, health) = request(
+        &entry,
+        "GET /api/health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        WAIT,
+    )
+    .await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(entry
         .node

@@ -34,6 +34,7 @@ const BUDGET: usize = 1 << 20;
 
 mod apply;
 mod concurrency;
+mod freeing;
 mod groups;
 mod interest;
 mod ordering;

@@ -22,7 +22,7 @@ pub fn binary() -> Command {
 pub fn health(port: &str) -> String {
     let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
     stream
-        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .write_all(b"GET /api/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
