@@ -45,8 +45,13 @@ pub(crate) struct Presence {
     pub(crate) instance: String,
     /// Said once by a node shutting down: forget it now rather than after the timeout.
     pub(crate) leaving: bool,
+    /// Counts the changes of the node's list of app servers: a heartbeat without the list
+    /// says it is still the one of this generation.
+    pub(crate) generation: u64,
     /// App servers with connections that carry clients on the node: per hub, their ids.
-    pub(crate) servers: Vec<(HubName, Vec<String>)>,
+    /// Sent when the list changes, to a node heard for the first time, and every few seconds
+    /// (a node that missed a change catches up then); `None` in the heartbeats between.
+    pub(crate) servers: Option<Vec<(HubName, Vec<String>)>>,
 }
 
 /// The hub that places control messages about no hub in particular (a partitioned backplane
@@ -81,16 +86,22 @@ impl Control {
                 answer.write(&mut w);
             }
             Control::Presence(presence) => {
-                w.array(5);
+                w.array(6);
                 w.uint(2);
                 w.str(&presence.node);
                 w.str(&presence.instance);
                 w.bool(presence.leaving);
-                w.array(presence.servers.len());
-                for (hub, servers) in &presence.servers {
-                    w.array(2);
-                    w.str(hub.as_str());
-                    w.ids(servers.iter().map(String::as_str));
+                w.uint(presence.generation);
+                match &presence.servers {
+                    None => w.nil(),
+                    Some(list) => {
+                        w.array(list.len());
+                        for (hub, servers) in list {
+                            w.array(2);
+                            w.str(hub.as_str());
+                            w.ids(servers.iter().map(String::as_str));
+                        }
+                    }
                 }
             }
             Control::Trace { from, events } => {
@@ -110,7 +121,7 @@ impl Control {
         let kind = r.uint()?;
         let want = match kind {
             0 => 4,
-            2 => 5,
+            2 => 6,
             _ => 3,
         };
         if len != want {
@@ -146,7 +157,7 @@ impl Control {
         match self {
             Control::Ask { question, .. } => question.payload_len(),
             Control::Answer { answer, .. } => answer.payload_len(),
-            Control::Presence(presence) => presence.servers.len() * 64,
+            Control::Presence(presence) => presence.servers.as_ref().map_or(0, Vec::len) * 64,
             Control::Trace { events, .. } => events.len(),
         }
     }
@@ -156,6 +167,16 @@ fn read_presence(r: &mut Reader<'_>) -> Result<Presence, EnvelopeError> {
     let node = r.str()?.to_string();
     let instance = r.str()?.to_string();
     let leaving = r.bool()?;
+    let generation = r.uint()?;
+    if r.nil()? {
+        return Ok(Presence {
+            node,
+            instance,
+            leaving,
+            generation,
+            servers: None,
+        });
+    }
     let count = r.array()?;
     // Each entry takes at least four bytes: do not reserve for more than could follow.
     let mut servers = Vec::with_capacity(count.min(r.rest().len() / 4));
@@ -170,7 +191,8 @@ fn read_presence(r: &mut Reader<'_>) -> Result<Presence, EnvelopeError> {
         node,
         instance,
         leaving,
-        servers,
+        generation,
+        servers: Some(servers),
     })
 }
 
@@ -290,20 +312,23 @@ mod tests {
             id: u64::MAX,
             answer,
         }));
-        for (leaving, servers) in [
-            (false, vec![]),
+        for (leaving, generation, servers) in [
+            (false, 0, Some(vec![])),
+            (false, u64::MAX, None),
             (
                 true,
-                vec![
+                7,
+                Some(vec![
                     (hub(), vec!["host_1".to_string(), "host_2".to_string()]),
                     (HubName::new("other", Some("app")).unwrap(), vec![]),
-                ],
+                ]),
             ),
         ] {
             out.push(Control::Presence(Presence {
                 node: "n1".into(),
                 instance: "n1~0a1b".into(),
                 leaving,
+                generation,
                 servers,
             }));
         }

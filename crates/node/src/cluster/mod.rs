@@ -68,6 +68,8 @@ pub struct Cluster {
     /// Where the re-sync of the user-group table after an outage stands.
     resync: parking_lot::Mutex<sync::Resync>,
     proxy: proxy::Proxy,
+    /// What this node's heartbeats say of its app servers.
+    announcer: parking_lot::Mutex<members::Announcer>,
     /// How other nodes' certificates are checked when requests go to them over https.
     peer_trust: Arc<peer_tls::NodeVerifier>,
     /// The cluster's keys (as the backplane's): assertions between nodes are made with them.
@@ -132,6 +134,7 @@ impl Cluster {
             peer_trust,
             seal: config.cluster_seal(),
             resync: parking_lot::Mutex::default(),
+            announcer: parking_lot::Mutex::default(),
             ask_timeout: config.cluster.ask_timeout,
             backplane,
             node_id,
@@ -340,10 +343,17 @@ impl Cluster {
     /// Tells the other nodes this node is alive (or leaving), and which app servers it holds
     /// connections from.
     pub(crate) fn publish_presence(&self, servers: Vec<(HubName, Vec<String>)>) {
+        let others = self.members.other_instances();
+        let healthy = self.members.backplane_healthy();
+        let (generation, servers) =
+            self.announcer
+                .lock()
+                .next(servers, &others, healthy, std::time::Instant::now());
         let presence = Presence {
             node: self.node_id.clone(),
             instance: self.members.instance().to_string(),
             leaving: self.members.is_leaving(),
+            generation,
             servers,
         };
         self.publish_control(

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use switchyard_bench::hub::BenchHub;
 use switchyard_client::app_server::AppServer;
 use switchyard_client::{connect, ConnectOptions, Connection, Transport};
+use switchyard_core::Channel;
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
 use switchyard_node::Config;
 use switchyard_testkit::{eventually, within, RedisServer, TestServer};
@@ -344,4 +345,124 @@ async fn a_node_that_starts_later_gets_connections_and_a_capped_node_passes_clie
     );
     assert_eq!(nodes[2].node.client_connection_count(), 0);
     drop(app);
+}
+
+/// The `message` payloads published on `channel` for `span`, read by a plain subscriber
+/// (RESP by hand: binary-safe).
+fn published_on(port: u16, channel: &str, span: Duration) -> Vec<usize> {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let command = format!(
+        "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    socket.write_all(command.as_bytes()).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let (mut buffer, mut sizes) = (Vec::new(), Vec::new());
+    let end = std::time::Instant::now() + span;
+    let mut chunk = [0u8; 64 * 1024];
+    while std::time::Instant::now() < end {
+        match socket.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+        while let Some((parts, used)) = resp_array(&buffer) {
+            if parts.first().map(Vec::as_slice) == Some(b"message") {
+                sizes.push(parts[2].len());
+            }
+            buffer.drain(..used);
+        }
+    }
+    sizes
+}
+
+/// One RESP array of bulk strings and integers at the start of `bytes`, and its length.
+fn resp_array(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+    fn line(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
+        let end = at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+        Some((&bytes[at..end], end + 2))
+    }
+    let number = |text: &[u8]| std::str::from_utf8(text).ok()?.parse::<usize>().ok();
+    let (head, mut at) = line(bytes, 0)?;
+    let count = number(head.strip_prefix(b"*")?)?;
+    let mut parts = Vec::new();
+    for _ in 0..count {
+        let (head, next) = line(bytes, at)?;
+        if let Some(len) = head.strip_prefix(b"$") {
+            let len = number(len)?;
+            parts.push(bytes.get(next..next + len)?.to_vec());
+            at = next + len + 2;
+        } else {
+            parts.push(head[1..].to_vec());
+            at = next;
+        }
+    }
+    (bytes.len() >= at).then_some((parts, at))
+}
+
+/// An app server `id` for 100 hubs, knowing only `node`.
+fn wide_app_server(node: &TestServer, id: &str) -> AppServer {
+    let hubs: Vec<String> = (0..100).map(|n| format!("hub{n:02}")).collect();
+    let hubs: Vec<&str> = hubs.iter().map(String::as_str).collect();
+    let mut config = node.app_server_config(&hubs);
+    config.server_id = id.to_owned();
+    AppServer::start(config, Arc::new(BenchHub)).unwrap()
+}
+
+/// Presence heartbeats carried every node's whole list of app servers each second (100 app
+/// servers × 100 hubs: ~0.5 MB a second to every node); now the list goes out when it
+/// changes, to a node heard for the first time, and every ten seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_sends_the_list_of_app_servers_when_it_changes() {
+    let redis = RedisServer::start();
+    let prefix = "presence";
+    let nodes = nodes(&redis.url(), prefix, &["n1", "n2"]).await;
+    let long_id = "app-server-0123456789abcdef0123456789abcdef";
+    let first = wide_app_server(&nodes[0], &format!("{long_id}-1"));
+    eventually("both nodes hold the app server's 100 hubs", STEP, || {
+        nodes
+            .iter()
+            .all(|n| n.node.server_connection_count() == 100)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let channel = switchyard_backplane::envelope::channel_name(prefix, &Channel::All);
+    let port = redis.port;
+    let span = Duration::from_secs(6);
+    let sizes = tokio::task::spawn_blocking(move || published_on(port, &channel, span))
+        .await
+        .unwrap();
+    // Each list is ~6 KB; a heartbeat without it ~100 bytes.
+    let lists = sizes.iter().filter(|size| **size > 2048).count();
+    println!(
+        "presence: {} messages, {} bytes in {span:?}; {lists} with the list",
+        sizes.len(),
+        sizes.iter().sum::<usize>()
+    );
+    assert!(
+        sizes.len() >= 10,
+        "heartbeats still go out each second: {sizes:?}"
+    );
+    assert!(
+        lists <= 2,
+        "the list went out {lists} times in 6 s: {sizes:?}"
+    );
+
+    // A change goes out at once: a second app server connecting to n1 (its list grows by
+    // 100 hubs) is in the next message n1 publishes, well before ten seconds.
+    let channel = switchyard_backplane::envelope::channel_name(prefix, &Channel::All);
+    let span = Duration::from_secs(3);
+    let listening = tokio::task::spawn_blocking(move || published_on(port, &channel, span));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = wide_app_server(&nodes[0], &format!("{long_id}-2"));
+    within("the second app server connects", STEP, second.ready()).await;
+    let sizes = listening.await.unwrap();
+    assert!(
+        sizes.iter().any(|size| *size > 8192),
+        "no list with both app servers went out: {sizes:?}"
+    );
+    drop((first, second));
 }
