@@ -413,7 +413,7 @@ fn wide_app_server(node: &TestServer, id: &str) -> AppServer {
 }
 
 /// Presence heartbeats carried every node's whole list of app servers each second (100 app
-/// servers × 100 hubs: ~0.5 MB a second to every node); now the list goes out when it
+/// servers × 100 hubs: 481 KB a second from every node to every node); now the list goes out when it
 /// changes, to a node heard for the first time, and every ten seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presence_sends_the_list_of_app_servers_when_it_changes() {
