@@ -282,7 +282,8 @@ def backplane_envelope():
          arr(v, origin, u(12), u(5), hub, targets[3], arr(s("k")), arr(u(0), s("bye"))))
     seed("backplane_envelope", arr(v, origin, u(13), u(5), hub, targets[0], arr(), arr(u(1))))
     # Control bodies: asks [0, from, id, question], answers [1, id, answer], presence
-    # [2, node, instance, leaving, [[hub, [server ids]]…]], trace events [3, from, events].
+    # [2, node, instance, leaving, generation, [[hub, [server ids]]…] or nil], trace events
+    # [3, from, events].
     questions = [
         arr(u(0), s("c"), s("g")),
         arr(u(1), s("c"), b"\xc0"),
@@ -306,9 +307,10 @@ def backplane_envelope():
         arr(u(6), s('{"node":{"id":"n1"}}')),
     ]
     controls += [arr(u(1), u(i), a) for i, a in enumerate(answers)]
-    controls.append(arr(u(2), s("n1"), s("n1~abcd1234"), b"\xc2", arr()))
-    controls.append(arr(u(2), s("n2"), s("n2~x"), b"\xc3",
+    controls.append(arr(u(2), s("n1"), s("n1~abcd1234"), b"\xc2", u(1), arr()))
+    controls.append(arr(u(2), s("n2"), s("n2~x"), b"\xc3", u(7),
                         arr(arr(hub, arr(s("host_1"), s("host_2"))), arr(s("other"), arr()))))
+    controls.append(arr(u(2), s("n2"), s("n2~x"), b"\xc2", u(8), b"\xc0"))
     events = '[{"node":"n2","time":1,"kind":"connected","connectionId":"c1"}]'
     controls.append(arr(u(3), s("n2"), b"\xd9" + bytes([len(events)]) + events.encode()))
     for i, control in enumerate(controls):

@@ -35,6 +35,9 @@ pub(crate) enum Control {
     },
 }
 
+/// Per hub, the ids of the app servers a node holds direct connections from.
+pub(crate) type ServerList = Vec<(HubName, Vec<String>)>;
+
 /// What a node tells the others about itself (see [`Control::Presence`]): other nodes learn
 /// which nodes are alive and which app servers each one has connections from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +54,7 @@ pub(crate) struct Presence {
     /// App servers with connections that carry clients on the node: per hub, their ids.
     /// Sent when the list changes, to a node heard for the first time, and every few seconds
     /// (a node that missed a change catches up then); `None` in the heartbeats between.
-    pub(crate) servers: Option<Vec<(HubName, Vec<String>)>>,
+    pub(crate) servers: Option<ServerList>,
 }
 
 /// The hub that places control messages about no hub in particular (a partitioned backplane

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use switchyard_core::HubName;
 
-use super::control::Presence;
+use super::control::{Presence, ServerList};
 
 /// Another node as last heard.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +95,7 @@ pub(crate) const FULL_EVERY: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub(crate) struct Announcer {
     generation: u64,
-    last: Vec<(HubName, Vec<String>)>,
+    last: ServerList,
     full_at: Option<Instant>,
     /// The other instances alive when the list was last sent.
     told: std::collections::HashSet<String>,
@@ -108,11 +108,11 @@ impl Announcer {
     /// The generation and, when it is to be sent, the list of the next heartbeat.
     pub(crate) fn next(
         &mut self,
-        servers: Vec<(HubName, Vec<String>)>,
+        servers: ServerList,
         others: &[String],
         healthy: bool,
         now: Instant,
-    ) -> (u64, Option<Vec<(HubName, Vec<String>)>>) {
+    ) -> (u64, Option<ServerList>) {
         self.owed |= !healthy;
         let changed = servers != self.last;
         if changed {
