@@ -8,13 +8,11 @@ use switchyard_testkit::TestServer;
 mod common;
 use common::Outcome;
 
-/// [`common::bench`] with short timings, its scratch directory removed once it is read.
+/// [`common::bench`] with short timings.
 async fn bench(name: &str, args: &[&str]) -> Outcome {
     let mut all = args.to_vec();
     all.extend_from_slice(&common::QUICK);
-    let outcome = common::bench(name, &all).await;
-    let _ = std::fs::remove_dir_all(&outcome.dir);
-    outcome
+    common::bench(name, &all).await
 }
 
 fn context(name: &str, outcome: &Outcome) -> String {

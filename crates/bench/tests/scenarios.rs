@@ -704,8 +704,6 @@ async fn workers_steps_msgpack_sources_counters_and_chart() {
         svg.starts_with("<svg") && svg.contains("echo"),
         "{svg:.200}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&outcome.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,11 +5,12 @@
 //! `cargo test --workspace`, or `cargo build -p switchyard` first).
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use switchyard_bench::soak::SoakReport;
 use switchyard_capacity::report::Report;
+
+mod common;
 
 /// The `switchyard` binary beside this package's (`SWITCHYARD_BIN` overrides).
 fn switchyard_bin() -> PathBuf {
@@ -29,9 +30,8 @@ fn switchyard_bin() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_with_a_node_and_redis_restarted() {
-    let dir = std::env::temp_dir().join(format!("switchyard-bench-soak-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed when the test ends, passed or failed; the tool's redis-server directory too.
+    let dir = common::scratch("soak");
     let (summary, soak_json, csv) = (
         dir.join("summary.json"),
         dir.join("soak.json"),
@@ -41,38 +41,32 @@ async fn soak_with_a_node_and_redis_restarted() {
     // 300 members in 3 rooms over 3 nodes and 2 worker processes; a 200 ms send interval
     // makes chatty posters post every 2.2 s. Node 2 dies at 12 s for 3 s; Redis at 22 s
     // for 1 s (each followed by its settling, then steady again).
-    let output = tokio::time::timeout(
-        Duration::from_secs(100),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"))
-            .args(["chat-room", "--service-bin"])
-            .arg(&bin)
-            .args([
-                "--nodes",
-                "3",
-                "-c",
-                "300",
-                "-w",
-                "2",
-                "--send-interval",
-                "200ms",
-            ])
-            .args(["-d", "35s", "--warmup", "2s", "--drain", "3s"])
-            .args(["--kill-node-every", "12s", "--node-down-for", "3s"])
-            .args(["--restart-redis-at", "22s", "--redis-down-for", "1s"])
-            .args(["--rss-every", "5s", "--quiet"])
-            .arg("--summary-json")
-            .arg(&summary)
-            .arg("--soak-json")
-            .arg(&soak_json)
-            .arg("--rss-csv")
-            .arg(&csv)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the soak ends by itself within 100 s")
-    .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"));
+    command
+        .args(["chat-room", "--service-bin"])
+        .arg(&bin)
+        .args([
+            "--nodes",
+            "3",
+            "-c",
+            "300",
+            "-w",
+            "2",
+            "--send-interval",
+            "200ms",
+        ])
+        .args(["-d", "35s", "--warmup", "2s", "--drain", "3s"])
+        .args(["--kill-node-every", "12s", "--node-down-for", "3s"])
+        .args(["--restart-redis-at", "22s", "--redis-down-for", "1s"])
+        .args(["--rss-every", "5s", "--quiet"])
+        .arg("--summary-json")
+        .arg(&summary)
+        .arg("--soak-json")
+        .arg(&soak_json)
+        .arg("--rss-csv")
+        .arg(&csv)
+        .env("TMPDIR", &*dir);
+    let output = common::output_within(command, Duration::from_secs(100), "the soak").await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -142,5 +136,4 @@ async fn soak_with_a_node_and_redis_restarted() {
     let lines = std::fs::read_to_string(&csv).unwrap().lines().count();
     assert_eq!(lines, soak.rss.len() + 1);
     assert!(stdout.contains("Soak phases") && stdout.contains("Memory over time"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

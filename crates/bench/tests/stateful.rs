@@ -7,11 +7,9 @@ use switchyard_testkit::TestServer;
 mod common;
 use common::Outcome;
 
-/// [`common::bench`], its scratch directory removed once the run is read.
+/// [`common::bench`].
 async fn bench(name: &str, args: &[&str]) -> Outcome {
-    let outcome = common::bench(name, args).await;
-    let _ = std::fs::remove_dir_all(&outcome.dir);
-    outcome
+    common::bench(name, args).await
 }
 
 /// A number the stateful line reports (`… drops 12, reconnects 12, …`).

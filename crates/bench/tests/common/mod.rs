@@ -1,7 +1,7 @@
 //! Running the real `switchyard-bench` binary from tests, shared by the test files.
 #![allow(dead_code)] // each test file uses its own part
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -22,35 +22,132 @@ pub struct Outcome {
     pub stdout: String,
     pub stderr: String,
     pub report: Option<Report>,
-    /// The run's scratch directory (its summary file); the caller removes it.
-    pub dir: PathBuf,
+    /// The run's scratch directory (its summary file, and the run's own temporary files),
+    /// removed when the outcome is dropped.
+    pub dir: Scratch,
 }
 
-pub fn scratch(name: &str) -> PathBuf {
+/// A directory of the test's own under the system's temporary directory, removed when
+/// dropped: also when an assertion fails and the test unwinds, so no run leaves one behind.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
-/// Runs `switchyard-bench ARGS --summary-json … --quiet` (bounded to 90 s).
+/// Runs `command` in a process group of its own, bounded by `limit`; panics when the bound
+/// passes. See [`try_output_within`].
+pub async fn output_within(
+    command: tokio::process::Command,
+    limit: Duration,
+    what: &str,
+) -> std::process::Output {
+    try_output_within(command, limit, |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Runs `command` in a process group of its own, bounded by `limit`. When the bound passes
+/// (or the test unwinds while it runs) the whole group is killed: `kill_on_drop` alone ends
+/// only the tool, and the services, redis-servers and app servers it started would outlive
+/// the test. `at_bound` sees the group's id just before it is killed.
+pub async fn try_output_within(
+    mut command: tokio::process::Command,
+    limit: Duration,
+    at_bound: impl FnOnce(u32),
+) -> Result<std::process::Output, String> {
+    command
+        .process_group(0)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
+    let pid = child.id().ok_or("the child has no pid")?;
+    let mut group = Group(Some(pid));
+    match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Ok(output) => {
+            // It ended by itself, and its own children with it (it stops them as it exits).
+            group.0 = None;
+            output.map_err(|e| format!("wait: {e}"))
+        }
+        Err(_) => {
+            at_bound(pid);
+            drop(group);
+            Err(format!("the run did not end within {limit:?}"))
+        }
+    }
+}
+
+/// The process group of a run not yet ended; killed on drop.
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The live (not zombie) processes in process group `group`, from /proc.
+pub fn group_members(group: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp …: the name may hold spaces, so split after its ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string() {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// Runs `switchyard-bench ARGS --summary-json … --quiet` (bounded to 90 s). Its temporary
+/// files (a redis-server's directory) go into the scratch directory too.
 pub async fn bench(name: &str, args: &[&str]) -> Outcome {
     let dir = scratch(name);
     let summary = dir.join("summary.json");
-    let output = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"))
-            .args(args)
-            .arg("--summary-json")
-            .arg(&summary)
-            .arg("--quiet")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("{name}: the run did not end within 90 s"))
-    .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"));
+    command
+        .args(args)
+        .arg("--summary-json")
+        .arg(&summary)
+        .arg("--quiet")
+        .env("TMPDIR", &*dir);
+    let output = output_within(command, Duration::from_secs(90), name).await;
     let report = std::fs::read_to_string(&summary)
         .ok()
         .map(|text| serde_json::from_str(&text).expect("the summary parses as a Report"));
