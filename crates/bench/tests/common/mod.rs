@@ -50,8 +50,15 @@ impl Drop for Scratch {
     }
 }
 
+/// A new scratch directory; `name` says whose. Unique within the process too: tests run at
+/// once, and two may use the same name (a scenario's).
 pub fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{name}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "switchyard-bench-{}-{n}-{name}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     Scratch(dir)
@@ -81,6 +88,8 @@ pub async fn try_output_within(
     command
         .process_group(0)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     let child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
     let pid = child.id().ok_or("the child has no pid")?;
