@@ -13,9 +13,9 @@ const { CutProxy } = require('../e2e/lib/proxy');
 const { cutDuring, until, range, assertExactly, Upstream, countedNumbers } = require('../e2e/lib/stateful');
 const { launch } = require('./lib/chromium');
 const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const { startPageServer } = require('./lib/pages');
+const { ownedTempDir, removeOwnedDir } = require('../e2e/lib/reaper');
 
 /** Every transport with JSON, and MessagePack where the JS client supports it over HTTP too. */
 const CONNECTIONS = [
@@ -223,7 +223,7 @@ describe('switchyard from a page on another origin (headless Chromium, @microsof
 
     before(async () => {
       await upstream.start();
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-browser-stateful-'));
+      dir = ownedTempDir('switchyard-browser-stateful-');
       const file = path.join(dir, 'switchyard.toml');
       fs.writeFileSync(file, [
         '[[upstream.templates]]',
@@ -249,7 +249,7 @@ describe('switchyard from a page on another origin (headless Chromium, @microsof
       await stopAppServers();
       for (const proxy of proxies.values()) await proxy.stop();
       await upstream.stop();
-      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+      if (dir) removeOwnedDir(dir);
     });
 
     const viaProxy = (service, url) => url.replace(`:${service.port}/`, `:${proxies.get(service).port}/`);

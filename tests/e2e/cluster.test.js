@@ -10,7 +10,6 @@ const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const WebSocket = require('ws');
 const { startCluster, metric, nginxConfig, nginxBinary, NGINX_CONF } = require('./lib/cluster');
@@ -18,6 +17,7 @@ const { Rest } = require('./lib/rest');
 const { VALID, connect, closeAll, uniqueHub, waitFor } = require('./lib/client');
 const { CutProxy } = require('./lib/proxy');
 const { build, cutDuring, until, range, assertExactly } = require('./lib/stateful');
+const { ownedTempDir, removeOwnedDir } = require('./lib/reaper');
 
 // The single-node cases that hold for any serverless service (the others start processes of
 // their own).
@@ -83,7 +83,7 @@ async function dashboardThroughBalancer(cluster) {
 
 describe('deploy/nginx/switchyard.conf', () => {
   it('passes nginx -t as shipped, and with other ports put in the documented way', () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-nginx-t-'));
+    const dir = ownedTempDir('switchyard-nginx-t-');
     try {
       const check = (file) => execFileSync(nginxBinary(), ['-t', '-p', dir, '-e', path.join(dir, 'error.log'), '-c', file], {
         encoding: 'utf8',
@@ -99,7 +99,7 @@ describe('deploy/nginx/switchyard.conf', () => {
       fs.writeFileSync(other, conf);
       check(other);
     } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
+      removeOwnedDir(dir);
     }
   });
 });

@@ -10,7 +10,6 @@
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const { waitFor, sleep, uniqueHub, signalR } = require('./lib/client');
 const { startService } = require('./lib/service');
@@ -20,6 +19,7 @@ const { CutProxy } = require('./lib/proxy');
 const {
   NO_CUTS, build, cutDuring, assertCuts, until, range, metric, describeMismatch, assertExactly, Upstream, countedNumbers,
 } = require('./lib/stateful');
+const { ownedTempDir, removeOwnedDir } = require('./lib/reaper');
 
 /** Numbered messages each way per case. */
 const COUNT = Number(process.env.E2E_STATEFUL_COUNT || 10000);
@@ -36,7 +36,7 @@ describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP rese
     before(async () => {
       await upstream.start();
       await proxy.start();
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-e2e-stateful-'));
+      dir = ownedTempDir('switchyard-e2e-stateful-');
       const file = path.join(dir, 'switchyard.toml');
       fs.writeFileSync(file, [
         '[stateful_reconnect]',
@@ -58,7 +58,7 @@ describe('stateful reconnect (@microsoft/signalr withStatefulReconnect, TCP rese
       await proxy.stop();
       if (service) await service.stop();
       await upstream.stop();
-      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+      if (dir) removeOwnedDir(dir);
     });
 
     /** A client URL and token of the service, with the URL through the proxy. */

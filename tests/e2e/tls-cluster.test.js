@@ -12,12 +12,12 @@ const { execFileSync, execFile } = require('node:child_process');
 const fs = require('node:fs');
 const http = require('node:http');
 const https = require('node:https');
-const os = require('node:os');
 const path = require('node:path');
 const { uniqueHub } = require('./lib/client');
 const { startService, stopProcess, childEnv } = require('./lib/service');
 const { startRedis, freePort } = require('./lib/cluster');
 const { signJwt } = require('./lib/rest');
+const { ownedTempDir, removeOwnedDir } = require('./lib/reaper');
 
 const CHILD = path.join(__dirname, 'lib', 'tls-client.js');
 const CHILD_TIMEOUT_MS = 30000;
@@ -121,7 +121,7 @@ describe('TLS between nodes (https cluster.internal_url) with @microsoft/signalr
   let bothCas;
 
   before(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-e2e-tls-cluster-'));
+    dir = ownedTempDir('switchyard-e2e-tls-cluster-');
     makeCa(dir, 'ca');
     makeCa(dir, 'other-ca');
     bothCas = path.join(dir, 'both-cas.pem');
@@ -165,7 +165,7 @@ describe('TLS between nodes (https cluster.internal_url) with @microsoft/signalr
     await Promise.all(Object.values(nodes).map((n) => stopProcess(n).catch(() => {})));
     await Promise.all(parts.map((p) => stopProcess(p).catch(() => {})));
     if (upstream) upstream.close();
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    if (dir) removeOwnedDir(dir);
   });
 
   /** A client job that negotiates on `negotiating` and sends everything else to `serving`. */

@@ -8,11 +8,11 @@ const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { execFileSync, execFile } = require('node:child_process');
 const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const { uniqueHub } = require('./lib/client');
 const { startService, childEnv } = require('./lib/service');
 const { signJwt } = require('./lib/rest');
+const { ownedTempDir, removeOwnedDir } = require('./lib/reaper');
 
 const CHILD = path.join(__dirname, 'lib', 'tls-client.js');
 const CHILD_TIMEOUT_MS = 30000;
@@ -64,14 +64,14 @@ describe('TLS (--tls-cert/--tls-key) with @microsoft/signalr', () => {
   let service;
 
   before(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-e2e-tls-'));
+    dir = ownedTempDir('switchyard-e2e-tls-');
     files = makeCertificates(dir);
     service = await startService(['--tls-cert', files.cert, '--tls-key', files.key]);
   });
 
   after(async () => {
     if (service) await service.stop();
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    if (dir) removeOwnedDir(dir);
   });
 
   it('prints https in the connection string', () => {

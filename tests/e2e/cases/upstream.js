@@ -9,11 +9,11 @@ const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 const http = require('node:http');
-const os = require('node:os');
 const path = require('node:path');
 const { VALID, connect, closeAll, uniqueHub, waitFor, signalR, MessagePackHubProtocol } = require('../lib/client');
 const { startService, EMULATOR_KEY } = require('../lib/service');
 const { framedBinary } = require('../lib/stateful');
+const { ownedTempDir, removeOwnedDir } = require('../lib/reaper');
 
 const PROTOCOLS = {
   'application/json': new signalR.JsonHubProtocol(),
@@ -131,7 +131,7 @@ module.exports = () => {
 
     before(async () => {
       await upstream.start();
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-e2e-upstream-'));
+      dir = ownedTempDir('switchyard-e2e-upstream-');
       const file = path.join(dir, 'switchyard.toml');
       fs.writeFileSync(file, [
         '[upstream]',
@@ -148,7 +148,7 @@ module.exports = () => {
       await closeAll();
       if (service) await service.stop();
       await upstream.stop();
-      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+      if (dir) removeOwnedDir(dir);
     });
 
     for (const combo of VALID) {

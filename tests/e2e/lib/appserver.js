@@ -3,11 +3,11 @@
 // the service's /server endpoint (Default mode), run the benchmark hub, and serve the
 // negotiate redirect on `POST /{hub}/negotiate`.
 
-const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const readline = require('node:readline');
 const { childEnv, stopProcess } = require('./service');
+const { spawnOwned } = require('./reaper');
 
 const E2E_DIR = path.resolve(__dirname, '..');
 const DEFAULT_BIN = path.resolve(E2E_DIR, '../../target/debug/switchyard-bench');
@@ -99,7 +99,7 @@ async function startAppServer(service, { serverId, hubs = ['bench'], connections
   if (connections !== undefined) args.push('--connections', String(connections));
   if (gracefulShutdown !== undefined) args.push('--graceful-shutdown', gracefulShutdown);
   args.push(...extraArgs);
-  const child = spawn(bin, args, { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawnOwned(bin, args, { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   const app = new AppServer(child, { serverId, hubs });
   running.add(app);
   const logFile = process.env.E2E_APP_SERVER_LOG

@@ -3,12 +3,12 @@
 // nodes, and a real nginx in front of them that balances round-robin with no sticky sessions.
 // Every process listens on 127.0.0.1, on a free port, and is stopped by stop().
 
-const { spawn, execFileSync } = require('node:child_process');
+const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
-const os = require('node:os');
 const path = require('node:path');
 const { startService, stopProcess, childEnv } = require('./service');
+const { spawnOwned, ownedTempDir, removeOwnedDir } = require('./reaper');
 
 const START_TIMEOUT_MS = 10000;
 
@@ -96,7 +96,7 @@ function need(command, apt) {
 async function startRedis(dir, parts, port) {
   need('redis-server', 'redis-server');
   if (port === undefined) port = await freePort();
-  const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir], {
+  const child = spawnOwned('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const proc = managed(child, 'redis-server');
@@ -115,7 +115,7 @@ async function startRedisCluster(dir, parts) {
     const port = await freeClusterPort();
     const own = path.join(dir, `redis-${port}`);
     fs.mkdirSync(own);
-    const child = spawn('redis-server', [
+    const child = spawnOwned('redis-server', [
       '--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no',
       '--dir', own, '--cluster-enabled', 'yes', '--cluster-config-file', path.join(own, 'nodes.conf'),
       '--cluster-node-timeout', '5000',
@@ -183,7 +183,7 @@ async function startNginx(dir, port, upstreams, parts, options = {}) {
   const conf = nginxConfig(`127.0.0.1:${port}`, upstreams, options);
   const confPath = path.join(dir, 'nginx.conf');
   fs.writeFileSync(confPath, conf);
-  const child = spawn(nginx, ['-p', dir, '-c', confPath, '-e', path.join(dir, 'error.log'), '-g', 'daemon off;'], {
+  const child = spawnOwned(nginx, ['-p', dir, '-c', confPath, '-e', path.join(dir, 'error.log'), '-g', 'daemon off;'], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const proc = managed(child, 'nginx');
@@ -208,11 +208,11 @@ async function startNginx(dir, port, upstreams, parts, options = {}) {
  * (baseUrl, accessKey, token()), with every URL pointing at the load balancer.
  */
 async function startCluster({ nodes: count = 3, extraArgs = [], redisCluster = false } = {}) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-cluster-'));
+  const dir = ownedTempDir('switchyard-cluster-');
   const parts = [];
   const stop = async () => {
     await Promise.all(parts.map((p) => stopProcess(p).catch(() => {})));
-    fs.rmSync(dir, { recursive: true, force: true });
+    removeOwnedDir(dir);
   };
   try {
     let redis;

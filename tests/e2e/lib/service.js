@@ -2,10 +2,11 @@
 // Starts and stops one `switchyard serve` process for the test run, and mints
 // client tokens with `switchyard token`.
 
-const { spawn, execFile } = require('node:child_process');
+const { execFile } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const readline = require('node:readline');
+const { spawnOwned } = require('./reaper');
 
 const E2E_DIR = path.resolve(__dirname, '..');
 const DEFAULT_BIN = path.resolve(E2E_DIR, '../../target/debug/switchyard');
@@ -141,7 +142,7 @@ async function startService(extraArgs = [], { logPath = process.env.E2E_SERVICE_
   const bin = binaryPath();
   // A test that must know the port beforehand (to name it in other settings) gives its own.
   const listen = extraArgs.includes('--listen') ? [] : ['--listen', '127.0.0.1:0'];
-  const child = spawn(bin, ['serve', ...listen, ...extraArgs], {
+  const child = spawnOwned(bin, ['serve', ...listen, ...extraArgs], {
     env: childEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
