@@ -14,7 +14,7 @@ pub(crate) fn internal_url(
     hint: Option<(String, u16)>,
 ) -> String {
     if let Some(url) = &config.cluster.internal_url {
-        return url.trim_end_matches('/').to_string();
+        return normalized(url);
     }
     let mut address = bound;
     if bound.ip().is_unspecified() {
@@ -30,6 +30,18 @@ pub(crate) fn internal_url(
         }
     }
     format!("{}://{address}", config.listen_scheme())
+}
+
+/// A configured internal URL (an origin: the config check refused anything else) as the
+/// other nodes compare and the start-up checks read it: scheme and host in lower case, no
+/// default port, no trailing slash.
+fn normalized(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
+            parsed.origin().ascii_serialization()
+        }
+        _ => url.trim_end_matches('/').to_string(),
+    }
 }
 
 /// The host of an https `url` when `key`'s certificate does not name it: other nodes would
@@ -95,6 +107,16 @@ fn routed_from(bind: IpAddr, (host, port): (String, u16)) -> Option<IpAddr> {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn a_configured_internal_url_is_taken_in_its_usual_spelling() {
+        assert_eq!(
+            normalized("HTTPS://N1.Internal:8443/"),
+            "https://n1.internal:8443"
+        );
+        assert_eq!(normalized("http://10.0.0.1:80"), "http://10.0.0.1");
+        assert!(is_node_origin(&normalized("HTTP://Node-1:8080/")));
+    }
 
     #[test]
     fn only_origins_are_node_addresses() {

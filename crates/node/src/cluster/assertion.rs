@@ -5,7 +5,9 @@
 //!
 //! The header is `base64url(json).base64url(tag)`; the tag covers a label, the method, the
 //! path and query as sent, and the JSON (the passing node, an expiry a few seconds away, the
-//! client's address and the verified token's claims), so it is good for that request only.
+//! client's address and the verified token's claims). It is good for that method, path and
+//! query until it expires, not once: the body is not covered and there is no nonce, so links
+//! between nodes that others can read need TLS (docs/cluster.md says so).
 
 use std::net::IpAddr;
 

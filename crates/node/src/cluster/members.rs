@@ -25,6 +25,11 @@ pub(crate) struct Member {
     pub(crate) servers: Vec<(HubName, Vec<String>)>,
     /// The generation `servers` is of (see [`Presence::generation`]).
     generation: u64,
+    /// `servers` is the list of the generation the node last announced. Not so for a new
+    /// instance until its list arrives, nor once a heartbeat names a newer generation (a
+    /// change whose list was lost); such a member is left out of [`Members::others`], so no
+    /// decision is made on a list that is missing or stale.
+    current: bool,
     last: Instant,
 }
 
@@ -194,14 +199,22 @@ impl Members {
         } else {
             // A heartbeat without the list keeps the one last heard from this instance, even
             // of an older generation (a change missed here is sent again within
-            // `FULL_EVERY`); a new instance has none until it sends one.
-            let (servers, generation) = match &presence.servers {
-                Some(list) => (list.clone(), presence.generation),
+            // `FULL_EVERY`), but it is current only while the generations agree; a new
+            // instance has none until it sends one.
+            let (servers, generation, current) = match &presence.servers {
+                Some(list) => (list.clone(), presence.generation, true),
                 None => state
                     .nodes
                     .get_mut(&presence.node)
                     .filter(|known| known.instance == presence.instance)
-                    .map(|known| (std::mem::take(&mut known.servers), known.generation))
+                    .map(|known| {
+                        let current = known.current && known.generation == presence.generation;
+                        (
+                            std::mem::take(&mut known.servers),
+                            known.generation,
+                            current,
+                        )
+                    })
                     .unwrap_or_default(),
             };
             let member = Member {
@@ -209,6 +222,7 @@ impl Members {
                 instance: presence.instance.clone(),
                 servers,
                 generation,
+                current,
                 last: now,
             };
             state
@@ -267,9 +281,17 @@ impl Members {
         std::mem::take(&mut self.state.lock().gone)
     }
 
-    /// The other nodes alive now, ordered by node id.
+    /// The other nodes alive now whose current list of app servers is known, ordered by node
+    /// id (a node whose list is missing or stale is not taken to lack every app server).
     pub(crate) fn others(&self) -> Vec<Member> {
-        let mut members: Vec<Member> = self.state.lock().nodes.values().cloned().collect();
+        let mut members: Vec<Member> = self
+            .state
+            .lock()
+            .nodes
+            .values()
+            .filter(|m| m.current)
+            .cloned()
+            .collect();
         members.sort_by(|a, b| a.node.cmp(&b.node));
         members
     }
@@ -494,12 +516,22 @@ mod tests {
         members.heard(&presence("b", "b~1", false), t0);
         members.heard(&short("b~1", 1), t0);
         assert!(members.others()[0].has_server(&hub, "s1"));
-        // A missed change: the old list stands until the next full heartbeat.
+        // A missed change: the old list still steers clients (serve_hub) until the next full
+        // heartbeat, but no decision is made on it as if it were current.
         members.heard(&short("b~1", 2), t0);
-        assert!(members.others()[0].has_server(&hub, "s1"));
-        // A new instance has no list until it sends one.
+        assert!(members.others().is_empty());
+        assert!(members.serve_hub(&hub));
+        assert_eq!(members.count(), 2);
+        // A new instance has no list until it sends one: it is alive, but not taken to lack
+        // every app server (which would send it OnDemand pings it may not need).
         members.heard(&short("b~2", 1), t0);
-        assert!(!members.others()[0].has_server(&hub, "s1"));
+        assert!(members.others().is_empty());
         assert!(!members.serve_hub(&hub));
+        assert_eq!(members.instance_of("b").as_deref(), Some("b~2"));
+        let mut full = presence("b", "b~2", false);
+        full.generation = 1;
+        members.heard(&full, t0);
+        members.heard(&short("b~2", 1), t0);
+        assert!(members.others()[0].has_server(&hub, "s1"));
     }
 }

@@ -65,7 +65,11 @@ impl Config {
             .cluster
             .internal_url
             .as_deref()
-            .is_some_and(|url| url.starts_with("https:"));
+            // Schemes are case-insensitive: `HTTPS://` is https too.
+            .is_some_and(|url| {
+                url.get(..6)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("https:"))
+            });
         if https && !self.tls.enabled() {
             return Err(ConfigError::Invalid(
                 "cluster.internal_url is https, but this node serves no TLS: set tls.cert and \
@@ -218,6 +222,20 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_secret_equal_to_the_access_key_seals_as_the_derived_key() {
+        // docs/cluster.md's move from derived keys to a secret of its own relies on this.
+        let key = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefgh";
+        let mut derived = Config::default();
+        derived.access_key = Some(key.into());
+        let mut explicit = derived.clone();
+        explicit.cluster.secret = Some(key.into());
+        let tag = |config: &Config| config.cluster_seal().tag(&[b"envelope"]);
+        assert_eq!(tag(&derived), tag(&explicit));
+        explicit.cluster.secret = Some("another secret of at least 32 characters".into());
+        assert_ne!(tag(&derived), tag(&explicit));
+    }
+
+    #[test]
     fn an_https_internal_url_needs_the_nodes_tls() {
         let error = with_internal_url("https://n1.internal:8443", false)
             .check()
@@ -225,6 +243,11 @@ mod tests {
             .to_string();
         assert!(error.contains("cluster.internal_url is https"), "{error}");
         assert!(error.contains("tls.cert and tls.key"), "{error}");
+        let error = with_internal_url("HTTPS://n1.internal:8443", false)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("cluster.internal_url is https"), "{error}");
         with_internal_url("https://n1.internal:8443", true)
             .check()
             .unwrap();
