@@ -225,8 +225,10 @@ mod tests {
     fn a_cluster_secret_equal_to_the_access_key_seals_as_the_derived_key() {
         // docs/cluster.md's move from derived keys to a secret of its own relies on this.
         let key = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefgh";
-        let mut derived = Config::default();
-        derived.access_key = Some(key.into());
+        let derived = Config {
+            access_key: Some(key.into()),
+            ..Config::default()
+        };
         let mut explicit = derived.clone();
         explicit.cluster.secret = Some(key.into());
         let tag = |config: &Config| config.cluster_seal().tag(&[b"envelope"]);
