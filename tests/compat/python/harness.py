@@ -91,6 +91,7 @@ class Service:
             raise RuntimeError(f"service binary not found: {exe} (run `cargo build -p switchyard`)")
         self.exe = exe
         self._stderr = tempfile.NamedTemporaryFile(prefix="switchyard-", suffix=".log", delete=False)
+        self._log_kept: str | None = None
         # The service rejects unknown SWITCHYARD_* variables, and any
         # setting would change what is tested: pass none but the log level.
         env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
@@ -167,6 +168,8 @@ class Service:
     # --- lifecycle ---------------------------------------------------------
 
     def log(self) -> str:
+        if self._log_kept is not None:
+            return self._log_kept
         try:
             with open(self._stderr.name, "r", encoding="utf-8", errors="replace") as f:
                 return f.read()
@@ -182,6 +185,13 @@ class Service:
                 self.proc.kill()
                 self.proc.wait(5)
         self._stderr.close()
+        # The log stays readable (failure messages quote it) but leaves no file behind.
+        if self._log_kept is None:
+            self._log_kept = self.log()
+            try:
+                os.unlink(self._stderr.name)
+            except OSError:
+                pass
         return self.proc.returncode
 
 
