@@ -1,31 +1,20 @@
 //! The test harness itself: a run that the tests cut at its bound takes the processes it
 //! started with it (nodes, redis-server), and its temporary files are gone once the test is.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod common;
-
-fn switchyard_bin() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_switchyard-bench")).with_file_name("switchyard");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p switchyard` first (or `cargo test --workspace`)",
-        bin.display()
-    );
-    bin
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cut_at_its_bound_leaves_no_process_or_directory() {
     let dir = common::scratch("cut");
     let path = dir.to_path_buf();
     // Two nodes and a redis-server started by the tool, then a minute of broadcasts: the
-    // bound of 8 s cuts it in the middle.
+    // bound of 12 s cuts it in the middle.
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-bench"));
     command
         .args(["rest-broadcast", "--nodes", "2", "--service-bin"])
-        .arg(switchyard_bin())
+        .arg(common::switchyard_bin())
         .args(["-c", "10", "-d", "60s", "--quiet"])
         .env("TMPDIR", &path);
     let mut seen = Vec::new();
@@ -58,15 +47,7 @@ async fn a_run_cut_at_its_bound_leaves_no_process_or_directory() {
         let left: Vec<u32> = seen
             .iter()
             .copied()
-            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .map(|s| {
-                        !s.rsplit_once(')')
-                            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-                    })
-                    .unwrap_or(false)
-            })
+            .filter(|&pid| common::running(pid))
             .collect();
         if left.is_empty() {
             break;

@@ -4,29 +4,12 @@
 //! steady phases lost nothing. Needs `redis-server` and the `switchyard` binary (built by
 //! `cargo test --workspace`, or `cargo build -p switchyard` first).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use switchyard_bench::soak::SoakReport;
 use switchyard_capacity::report::Report;
 
 mod common;
-
-/// The `switchyard` binary beside this package's (`SWITCHYARD_BIN` overrides).
-fn switchyard_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("SWITCHYARD_BIN") {
-        return PathBuf::from(path);
-    }
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_switchyard-bench"));
-    let bin = bench.with_file_name("switchyard");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p switchyard` first (or `cargo test --workspace`), \
-         or name it with SWITCHYARD_BIN",
-        bin.display()
-    );
-    bin
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_with_a_node_and_redis_restarted() {
@@ -37,7 +20,7 @@ async fn soak_with_a_node_and_redis_restarted() {
         dir.join("soak.json"),
         dir.join("rss.csv"),
     );
-    let bin = switchyard_bin();
+    let bin = common::switchyard_bin();
     // 300 members in 3 rooms over 3 nodes and 2 worker processes; a 200 ms send interval
     // makes chatty posters post every 2.2 s. Node 2 dies at 12 s for 3 s; Redis at 22 s
     // for 1 s (each followed by its settling, then steady again).

@@ -29,16 +29,7 @@ function benchBinaryPath() {
 /** Every app server started and not yet known to have exited; see stopAppServers(). */
 const running = new Set();
 
-// Last resort if the test process dies without running its after() hooks.
-process.on('exit', () => {
-  for (const app of running) {
-    try {
-      app.child.kill('SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-});
+// Whatever the after() hooks leave, the reaper (lib/reaper.js) stops when the file ends.
 
 class AppServer {
   constructor(child, { serverId, hubs }) {

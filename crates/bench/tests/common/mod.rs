@@ -122,26 +122,46 @@ impl Drop for Group {
     }
 }
 
-/// The live (not zombie) processes in process group `group`, from /proc.
+/// A process's state letter and process group, from /proc (`None`: no such process).
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid pgrp …: the name may hold spaces, so split after its ')'.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let group = fields.nth(1)?.parse().ok()?;
+    Some((state, group))
+}
+
+/// Whether `pid` is a process that has not ended (a zombie has: only its status is left).
+pub fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
+/// The running processes in process group `group`.
 pub fn group_members(group: u32) -> Vec<u32> {
-    let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid pgrp …: the name may hold spaces, so split after its ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string() {
-            members.push(pid);
-        }
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&pid| stat(pid).is_some_and(|(state, g)| state != 'Z' && g == group))
+        .collect()
+}
+
+/// The `switchyard` binary beside this package's (`SWITCHYARD_BIN` overrides).
+pub fn switchyard_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("SWITCHYARD_BIN") {
+        return PathBuf::from(path);
     }
-    members
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_switchyard-bench"));
+    let bin = bench.with_file_name("switchyard");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p switchyard` first (or `cargo test --workspace`), \
+         or name it with SWITCHYARD_BIN",
+        bin.display()
+    );
+    bin
 }
 
 /// Runs `switchyard-bench ARGS --summary-json … --quiet` (bounded to 90 s). Its temporary
