@@ -9,10 +9,12 @@ use axum::response::{IntoResponse, Response};
 use switchyard_auth::VerifiedToken;
 use switchyard_core::HubName;
 
-use super::{session, AppServers};
+use super::session::{self, Aim};
+use super::AppServers;
 use crate::auth::{authorize_hub, Unauthorized};
 use crate::cluster::members::node_of_instance;
 use crate::cluster::proxy::FORWARDED_BY;
+use crate::config::ServiceMode;
 use crate::http::{is_websocket_upgrade, text_error, Query};
 
 /// Read buffer of a server connection. tungstenite zero-fills the free part of its read
@@ -56,28 +58,44 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
     // that instance. Behind a load balancer it may land anywhere: pass it on to its node.
     let in_cluster = app.cluster.in_cluster();
     let target = query.get("target").filter(|t| in_cluster && !t.is_empty());
-    let refusal = match target.map(|target| target_node(&app, target, &parts.headers)) {
+    let mut adopted_slot = None;
+    let aim = match target.map(|target| target_node(&app, target, &parts.headers)) {
         Some(TargetNode::Elsewhere(node)) => {
-            let vouched = crate::cluster::assertion::Vouched {
-                client: crate::http::client_ip(&parts, &app.shared.config),
-                token,
-            };
-            let request = Request::from_parts(parts, body);
-            return app
-                .cluster
-                .proxy()
-                .forward(
-                    &app.cluster,
-                    &hub,
-                    &node,
-                    request,
-                    &vouched,
-                    "The target service instance cannot be reached.",
-                )
-                .await;
+            // Kept here if this node wants one as much as the named node does: the
+            // balancer picks blindly, and passed on it would leave this node to be asked for
+            // again (and hang on the other node's fate).
+            let wanted = app.shared.config.mode != ServiceMode::Serverless
+                && !app.cluster.members().is_leaving()
+                && app.default_mode.adopts(&hub, &server_id);
+            adopted_slot = wanted
+                .then(|| app.default_mode.server_slots.take(&hub).ok())
+                .flatten();
+            if adopted_slot.is_some() {
+                tracing::debug!(hub = %hub, server = %server_id, instead_of = %node,
+                    "an OnDemand connection for another node is kept: this node lacks one");
+                Aim::Adopted
+            } else {
+                let vouched = crate::cluster::assertion::Vouched {
+                    client: crate::http::client_ip(&parts, &app.shared.config),
+                    token,
+                };
+                let request = Request::from_parts(parts, body);
+                return app
+                    .cluster
+                    .proxy()
+                    .forward(
+                        &app.cluster,
+                        &hub,
+                        &node,
+                        request,
+                        &vouched,
+                        "The target service instance cannot be reached.",
+                    )
+                    .await;
+            }
         }
-        Some(TargetNode::Unknown(why)) => Some(why),
-        Some(TargetNode::Here) | None => None,
+        Some(TargetNode::Unknown(why)) => Aim::Refused(why),
+        Some(TargetNode::Here) | None => Aim::Here,
     };
     // Passed on by another node (only in a cluster: elsewhere the header means nothing).
     let through = parts
@@ -93,7 +111,7 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
         .unwrap_or_else(switchyard_auth::generate_connection_token);
     // Counted from before the upgrade, so a flood of app-server sockets is refused while it
     // is still cheap; the SDK retries a refused connect with backoff.
-    let slot = match app.default_mode.take_server_slot(&hub) {
+    let slot = match adopted_slot.map_or_else(|| app.default_mode.take_server_slot(&hub), Ok) {
         Ok(slot) => slot,
         Err(why) => return full(&app, &hub, &server_id, why),
     };
@@ -108,7 +126,7 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
         .max_message_size(max.saturating_mul(2))
         .max_frame_size(max.saturating_mul(2))
         .on_upgrade(move |socket| {
-            session::run(app, socket, hub, server_id, cid, refusal, through, slot)
+            session::run(app, socket, hub, server_id, cid, aim, through, slot)
         })
 }
 

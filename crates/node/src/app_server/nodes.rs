@@ -33,6 +33,13 @@ const STEADY_ASKS: u32 = 5;
 /// When each (hub, app server, instance) was last asked for, and how many asks so far.
 pub(super) type Targeted = HashMap<(HubName, Arc<str>, String), (Instant, u32)>;
 
+/// How many times in a row a node asks an app server for a direct connection itself, over
+/// one that reached it through another node (see [`DefaultMode::ask_for_direct`]).
+const SELF_ASKS: u32 = 10;
+
+/// Per (hub, app server): this node's asks for itself since its last direct connection.
+pub(super) type SelfAsked = HashMap<(HubName, Arc<str>), u32>;
+
 /// How long after ask number `asks` (1 = the first) the next may follow.
 fn retarget_after(asks: u32) -> Duration {
     let doublings = asks.saturating_sub(STEADY_ASKS).min(5);
@@ -182,6 +189,66 @@ impl RemoteInvocations for DefaultMode {
 }
 
 impl DefaultMode {
+    /// Whether an OnDemand connection of `server_id` for another node, which the balancer
+    /// sent here, is kept as this node's own: this node holds no direct connection from that
+    /// app server for `hub` either, so it is being asked for one too. Behind a round-robin
+    /// balancer each ask lands on the named node by chance; kept, one that lands on a node
+    /// lacking a connection serves that node at once, where passed on it would leave this
+    /// node to be asked for again.
+    pub(crate) fn adopts(&self, hub: &HubName, server_id: &str) -> bool {
+        !self
+            .servers
+            .connections(hub)
+            .iter()
+            .any(|c| &*c.server_id == server_id && c.carries_clients() && c.through.is_none())
+    }
+
+    /// Asks app server `server_id` for a direct connection to this node over one of its
+    /// connections that reached this node through another, after such a connection arrived
+    /// (kept, or refused as a second one). The balancer sent it elsewhere by chance and the
+    /// app server plainly answers, so this node need not wait for the next ask (seconds,
+    /// backing off to a minute): each miss is retried at once. At most [`SELF_ASKS`] in a
+    /// row, as with a connection string that names one node every connection arrives
+    /// through it; a direct connection starts the count again. Returns whether it asked.
+    pub(crate) fn ask_for_direct(&self, hub: &HubName, server_id: &str) -> bool {
+        let connections = self.servers.connections(hub);
+        let mut theirs = connections
+            .iter()
+            .filter(|c| &*c.server_id == server_id && c.carries_clients());
+        if theirs.clone().any(|c| c.through.is_none()) {
+            return false;
+        }
+        let Some(via) = theirs.next() else {
+            return false;
+        };
+        {
+            let mut asked = self.self_asked.lock();
+            let count = asked
+                .entry((hub.clone(), via.server_id.clone()))
+                .or_insert(0);
+            if *count >= SELF_ASKS {
+                return false;
+            }
+            *count += 1;
+        }
+        let ping = Ping::new(&[("target", self.instance_id.as_str())]);
+        let sent = via.send(&ServiceMessage::Ping(ping));
+        if sent {
+            self.metrics
+                .cluster_server_pings
+                .get_or_create(&KindLabel { kind: "target" })
+                .inc();
+        }
+        sent
+    }
+
+    /// A direct connection of `server_id` for `hub` opened: later misses are retried anew.
+    pub(crate) fn got_direct(&self, hub: &HubName, server_id: &Arc<str>) {
+        self.self_asked
+            .lock()
+            .remove(&(hub.clone(), server_id.clone()));
+    }
+
     /// Why an OnDemand connection that another node passed on is not wanted: this node
     /// already has a connection from that app server for the hub, and one more through a
     /// node would not make it any less dependent on other nodes (the app server is asked

@@ -35,6 +35,18 @@ enum Refusal {
     Gone,
 }
 
+/// What the connection's URL said about the service instance it is for.
+pub(super) enum Aim {
+    /// No instance, or this node's.
+    Here,
+    /// Another node's, kept here because this node lacks a direct connection from the app
+    /// server too (see `DefaultMode::adopts`): its handshake may name that instance.
+    Adopted,
+    /// Why the URL already rules the connection out (it names an instance not in the
+    /// cluster): told in the handshake response, where the SDK expects it.
+    Refused(String),
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
     app: Arc<AppServers>,
@@ -42,43 +54,47 @@ pub(super) async fn run(
     hub: HubName,
     server_id: Arc<str>,
     cid: String,
-    refusal: Option<String>,
+    aim: Aim,
     through: Option<Box<str>>,
     // Held while the connection lives: its place under `limits.max_server_connections*`.
     _slot: Slot<HubName>,
 ) {
     let span = tracing::info_span!("app_server", hub = %hub, server = %server_id, cid = %cid);
-    serve_connection(app, socket, hub, server_id, cid, refusal, through)
+    serve_connection(app, socket, hub, server_id, cid, aim, through)
         .instrument(span)
         .await
 }
 
-/// `refusal`: why the connection's URL already rules it out (it names another instance);
-/// told in the handshake response, where the SDK expects it.
 async fn serve_connection(
     app: Arc<AppServers>,
     mut socket: WebSocket,
     hub: HubName,
     server_id: Arc<str>,
     cid: String,
-    refusal: Option<String>,
+    aim: Aim,
     through: Option<Box<str>>,
 ) {
     let config = &app.shared.config;
     let reader = FrameReader::new(config.limits.max_server_message_size);
     let mut buffer = BytesMut::new();
     let mut stateful = false;
-    let accepted = match read_handshake(&app, &mut socket, &reader, &mut buffer).await {
-        Ok(_) if refusal.is_some() => Err(Refusal::Refused(refusal.unwrap_or_default())),
-        Ok(request) => accept(&app, &request).and_then(|accepted| {
-            stateful = request.allow_stateful_reconnects == Some(true);
-            let passed_on = through.is_some() && accepted.0 == ConnectionKind::OnDemand;
-            match passed_on.then(|| app.default_mode.refuse_passed_on(&hub, &server_id)) {
-                Some(Some(why)) => Err(Refusal::Refused(why)),
-                _ => Ok(accepted),
-            }
-        }),
-        Err(refusal) => Err(refusal),
+    let handshake = read_handshake(&app, &mut socket, &reader, &mut buffer).await;
+    let accepted = match (handshake, aim) {
+        (Ok(_), Aim::Refused(why)) => Err(Refusal::Refused(why)),
+        (Ok(request), aim) => {
+            accept(&app, &request, matches!(aim, Aim::Adopted)).and_then(|accepted| {
+                stateful = request.allow_stateful_reconnects == Some(true);
+                let passed_on = through.is_some() && accepted.0 == ConnectionKind::OnDemand;
+                match passed_on.then(|| app.default_mode.refuse_passed_on(&hub, &server_id)) {
+                    Some(Some(why)) => {
+                        app.default_mode.ask_for_direct(&hub, &server_id);
+                        Err(Refusal::Refused(why))
+                    }
+                    _ => Ok(accepted),
+                }
+            })
+        }
+        (Err(refusal), _) => Err(refusal),
     };
     let (kind, migrate) = match accepted {
         Ok(accepted) => accepted,
@@ -147,12 +163,17 @@ fn opened(app: &AppServers, connection: &Arc<ServerConnection>) {
         &format!("{:?}", connection.kind),
         connection.through.as_deref(),
     );
-    if app.cluster.in_cluster()
-        && connection.kind != ConnectionKind::Weak
-        && connection.through.is_none()
-    {
+    if !app.cluster.in_cluster() || connection.kind == ConnectionKind::Weak {
+        return;
+    }
+    if connection.through.is_none() {
+        app.default_mode
+            .got_direct(&connection.hub, &connection.server_id);
         app.default_mode
             .announce(&app.cluster, std::time::Instant::now());
+    } else if connection.kind == ConnectionKind::OnDemand {
+        app.default_mode
+            .ask_for_direct(&connection.hub, &connection.server_id);
     }
 }
 
@@ -189,7 +210,11 @@ fn closed(app: &AppServers, connection: &Arc<ServerConnection>, outcome: &Result
 
 /// Checks a handshake request: the connection's kind and whether it takes part in client
 /// migration, or why it is refused.
-fn accept(app: &AppServers, request: &HandshakeRequest) -> Result<(ConnectionKind, bool), Refusal> {
+fn accept(
+    app: &AppServers,
+    request: &HandshakeRequest,
+    adopted: bool,
+) -> Result<(ConnectionKind, bool), Refusal> {
     let kind = ConnectionKind::from_wire(request.connection_type);
     // Weak connections carry no clients (the Management SDK's persistent transport, used by
     // serverless apps): serverless mode accepts them.
@@ -212,7 +237,11 @@ fn accept(app: &AppServers, request: &HandshakeRequest) -> Result<(ConnectionKin
     })?;
     // One node is the only instance there is: any target means it.
     let instance = app.cluster.members().instance();
-    if app.cluster.in_cluster() && !request.target.is_empty() && request.target != instance {
+    if app.cluster.in_cluster()
+        && !adopted
+        && !request.target.is_empty()
+        && request.target != instance
+    {
         return Err(Refusal::Refused(format!(
             "Service instance '{}' is not in this cluster (this is '{instance}').",
             request.target

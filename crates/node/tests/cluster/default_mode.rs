@@ -15,7 +15,11 @@ use switchyard_client::{connect, ConnectOptions, Connection, Transport};
 use switchyard_core::Channel;
 use switchyard_hub_protocol::{CompletionResult, Format, HubMessage};
 use switchyard_node::Config;
-use switchyard_testkit::{eventually, within, RedisServer, TestServer};
+use switchyard_service_protocol::CONNECTION_TYPE_ONDEMAND;
+use switchyard_testkit::{
+    dial_url, eventually, handshake_request, within, AppServer as RawAppServer, RedisServer,
+    TestServer,
+};
 
 const HUB: &str = "bench";
 const STEP: Duration = Duration::from_secs(15);
@@ -465,4 +469,92 @@ async fn presence_sends_the_list_of_app_servers_when_it_changes() {
         "no list with both app servers went out: {sizes:?}"
     );
     drop((first, second));
+}
+
+/// An OnDemand connection of raw app server `server_id` to `node`, naming `target`; returns
+/// it once its handshake was answered (and the answer's error, empty when accepted).
+async fn on_demand(node: &TestServer, server_id: &str, target: &str) -> (RawAppServer, String) {
+    let token = node.server_token(HUB, server_id);
+    let url = format!("{}&target={target}", node.server_ws_url(HUB));
+    let ws = dial_url(&url, Some(&token), Some(server_id)).await.unwrap();
+    let mut app = RawAppServer::new(ws);
+    let mut request = handshake_request(0);
+    request.connection_type = CONNECTION_TYPE_ONDEMAND;
+    request.target = target.to_owned();
+    let response = app.handshake(request).await;
+    (app, response.error_message)
+}
+
+/// Behind a round-robin balancer an OnDemand connection asked for one node lands on another
+/// as often as not. Passed on, it left the node it landed on to be asked for again — and
+/// with asks backing off to a minute, a 3-node cluster took over two minutes now and then
+/// until every node had a direct connection per hub (CI, once). Kept by a node that lacks a
+/// connection from that app server, every landed connection serves some node at once; only
+/// one landing on a node that has one already is passed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_demand_connection_that_lands_on_a_node_lacking_one_is_kept_there() {
+    let redis = RedisServer::start();
+    let nodes = nodes(&redis.url(), "adopt", &["n1", "n2", "n3"]).await;
+    // A raw app server on n1: n1 asks it to connect to n2 and n3, which names their instances.
+    let mut fixed = RawAppServer::open(&nodes[0], HUB, "s9").await;
+    let mut instances = Vec::new();
+    while instances.len() < 2 {
+        let ping = fixed.ping("target").await;
+        let instance = ping.get("target").unwrap().to_owned();
+        if !instances.contains(&instance) {
+            instances.push(instance);
+        }
+    }
+    instances.sort();
+    let (n2, n3) = (&instances[0], &instances[1]);
+    assert!(
+        n2.starts_with("n2~") && n3.starts_with("n3~"),
+        "{instances:?}"
+    );
+
+    // One for n3 lands on n2, which has none: kept there, a direct connection of n2's.
+    let (_kept, error) = on_demand(&nodes[1], "s9", n3).await;
+    assert_eq!(error, "", "kept and accepted");
+    eventually("n2 holds the kept connection", STEP, || {
+        nodes[1].node.server_connection_count() == 1
+    })
+    .await;
+    assert_eq!(nodes[2].node.server_connection_count(), 0);
+    assert_eq!(
+        metric(&nodes[1], "switchyard_server_connections_passed_on "),
+        0.0
+    );
+
+    // The next one for n3 that lands on n2 is passed on: n2 has s9 already.
+    let (mut passed, error) = on_demand(&nodes[1], "s9", n3).await;
+    assert_eq!(error, "", "passed on and accepted by n3");
+    assert_eq!(nodes[1].node.server_connection_count(), 1);
+    eventually("n3 holds the passed-on connection", STEP, || {
+        nodes[2].node.server_connection_count() == 1
+    })
+    .await;
+    assert_eq!(
+        metric(&nodes[2], "switchyard_server_connections_passed_on "),
+        1.0
+    );
+    // n3 holds s9 only through n2: it asks s9 itself, over that connection, for another,
+    // at once (the balancer's miss, retried without waiting for n1's next ask).
+    assert_eq!(passed.ping("target").await.get("target"), Some(n3.as_str()));
+    // Missed again (n2 passes it on; n3 refuses a second passed-on one): asked again.
+    let (_refused, error) = on_demand(&nodes[1], "s9", n3).await;
+    assert!(error.contains("only a direct one"), "{error}");
+    assert_eq!(passed.ping("target").await.get("target"), Some(n3.as_str()));
+    // A direct one arrives: n3 holds both, and asks no more.
+    let (_direct, error) = on_demand(&nodes[2], "s9", n3).await;
+    assert_eq!(error, "");
+    eventually("n3 holds the direct connection", STEP, || {
+        nodes[2].node.server_connection_count() == 2
+    })
+    .await;
+    passed.assert_quiet().await;
+
+    // A connection for an instance not in the cluster is still refused, kept or not.
+    let (_refused, error) = on_demand(&nodes[2], "s8", "n7~gone").await;
+    assert!(error.contains("not in this cluster"), "{error}");
+    drop(fixed);
 }
