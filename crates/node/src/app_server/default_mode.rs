@@ -45,6 +45,7 @@ pub(crate) struct DefaultMode {
     pub(super) instance_id: String,
     pub(super) targeted: Mutex<nodes::Targeted>,
     pub(super) self_asked: Mutex<nodes::SelfAsked>,
+    pub(super) adopting: nodes::AdoptingSet,
     pub(super) max_server_message_size: usize,
     pub(super) max_pending_bytes_per_server_connection: usize,
     /// App servers' half-received messages, node-wide (`limits.max_relay_buffered_bytes`).
@@ -80,6 +81,7 @@ impl DefaultMode {
             instance_id,
             targeted: Mutex::default(),
             self_asked: Mutex::default(),
+            adopting: Default::default(),
             max_server_message_size: config.limits.max_server_message_size,
             max_pending_bytes_per_server_connection: config
                 .limits

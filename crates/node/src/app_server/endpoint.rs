@@ -55,47 +55,54 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
         Err(why) => return text_error(StatusCode::UNAUTHORIZED, why),
     };
     // `target`: the SDK opens this OnDemand connection because a node asked it to connect to
-    // that instance. Behind a load balancer it may land anywhere: pass it on to its node.
+    // that instance. Behind a load balancer it may land anywhere: kept here when this node
+    // lacks that app server too, else passed on to its node.
     let in_cluster = app.cluster.in_cluster();
     let target = query.get("target").filter(|t| in_cluster && !t.is_empty());
     let mut adopted_slot = None;
-    let aim = match target.map(|target| target_node(&app, target, &parts.headers)) {
-        Some(TargetNode::Elsewhere(node)) => {
-            // Kept here if this node wants one as much as the named node does: the
-            // balancer picks blindly, and passed on it would leave this node to be asked for
-            // again (and hang on the other node's fate).
-            let wanted = app.shared.config.mode != ServiceMode::Serverless
-                && !app.cluster.members().is_leaving()
-                && app.default_mode.adopts(&hub, &server_id);
-            adopted_slot = wanted
-                .then(|| app.default_mode.server_slots.take(&hub).ok())
-                .flatten();
-            if adopted_slot.is_some() {
-                tracing::debug!(hub = %hub, server = %server_id, instead_of = %node,
-                    "an OnDemand connection for another node is kept: this node lacks one");
-                Aim::Adopted
-            } else {
-                let vouched = crate::cluster::assertion::Vouched {
-                    client: crate::http::client_ip(&parts, &app.shared.config),
-                    token,
-                };
-                let request = Request::from_parts(parts, body);
-                return app
-                    .cluster
-                    .proxy()
-                    .forward(
-                        &app.cluster,
-                        &hub,
-                        &node,
-                        request,
-                        &vouched,
-                        "The target service instance cannot be reached.",
-                    )
-                    .await;
+    let aim = match target.map(|target| (target, target_node(&app, target, &parts.headers))) {
+        Some((target, TargetNode::Elsewhere(node))) => {
+            // The balancer picks blindly: passed on, this one would leave this node to be
+            // asked for again (and its connection would hang on the other node's fate).
+            let adopting = (app.shared.config.mode != ServiceMode::Serverless
+                && !app.cluster.members().is_leaving())
+            .then(|| app.default_mode.start_adopting(&hub, &server_id))
+            .flatten();
+            adopted_slot = adopting
+                .as_ref()
+                .and_then(|_| app.default_mode.server_slots.take(&hub).ok());
+            match adopting.filter(|_| adopted_slot.is_some()) {
+                Some(adopting) => {
+                    tracing::debug!(hub = %hub, server = %server_id, instead_of = %node,
+                        "an OnDemand connection for another node is kept: this node lacks one");
+                    Aim::Adopted {
+                        target: target.to_string(),
+                        _adopting: adopting,
+                    }
+                }
+                None => {
+                    let vouched = crate::cluster::assertion::Vouched {
+                        client: crate::http::client_ip(&parts, &app.shared.config),
+                        token,
+                    };
+                    let request = Request::from_parts(parts, body);
+                    return app
+                        .cluster
+                        .proxy()
+                        .forward(
+                            &app.cluster,
+                            &hub,
+                            &node,
+                            request,
+                            &vouched,
+                            "The target service instance cannot be reached.",
+                        )
+                        .await;
+                }
             }
         }
-        Some(TargetNode::Unknown(why)) => Aim::Refused(why),
-        Some(TargetNode::Here) | None => Aim::Here,
+        Some((_, TargetNode::Unknown(why))) => Aim::Refused(why),
+        Some((_, TargetNode::Here)) | None => Aim::Here,
     };
     // Passed on by another node (only in a cluster: elsewhere the header means nothing).
     let through = parts

@@ -9,9 +9,11 @@
 //! - a client invocation for a connection on another node is passed to that node, which runs
 //!   it as if the caller had sent it there, on the caller's connection to that node.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use switchyard_core::{ConnectionId, HubName};
 use switchyard_service_protocol::{ClientInvocation, Extensions, Ping, ServiceMessage};
@@ -39,6 +41,22 @@ const SELF_ASKS: u32 = 10;
 
 /// Per (hub, app server): this node's asks for itself since its last direct connection.
 pub(super) type SelfAsked = HashMap<(HubName, Arc<str>), u32>;
+
+/// The (hub, app server) pairs with an OnDemand connection being kept here, not yet registered.
+pub(super) type AdoptingSet = Arc<Mutex<HashSet<(HubName, Arc<str>)>>>;
+
+/// An OnDemand connection for another node being kept here (see
+/// [`DefaultMode::start_adopting`]) until dropped, once the connection is registered or gone.
+pub(crate) struct Adopting {
+    set: AdoptingSet,
+    key: (HubName, Arc<str>),
+}
+
+impl Drop for Adopting {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.key);
+    }
+}
 
 /// How long after ask number `asks` (1 = the first) the next may follow.
 fn retarget_after(asks: u32) -> Duration {
@@ -189,23 +207,29 @@ impl RemoteInvocations for DefaultMode {
 }
 
 impl DefaultMode {
-    /// Whether an OnDemand connection of `server_id` for another node, which the balancer
-    /// sent here, is kept as this node's own: this node holds no direct connection from that
-    /// app server for `hub` either, so it is being asked for one too. Behind a round-robin
-    /// balancer each ask lands on the named node by chance; kept, one that lands on a node
-    /// lacking a connection serves that node at once, where passed on it would leave this
-    /// node to be asked for again.
-    pub(crate) fn adopts(&self, hub: &HubName, server_id: &str) -> bool {
-        !self
+    /// Marks an OnDemand connection of `server_id` for another node, which the balancer sent
+    /// here, as kept as this node's own, if this node holds no direct connection from that
+    /// app server for `hub` either (so it is being asked for one too) and is not keeping
+    /// another already. Behind a round-robin balancer each ask lands on the named node by
+    /// chance; kept, one that lands on a node lacking a connection serves that node at once,
+    /// where passed on it would leave this node to be asked for again. `None`: pass it on.
+    pub(crate) fn start_adopting(&self, hub: &HubName, server_id: &Arc<str>) -> Option<Adopting> {
+        let key = (hub.clone(), server_id.clone());
+        let mut adopting = self.adopting.lock();
+        let has_one = self
             .servers
             .connections(hub)
             .iter()
-            .any(|c| &*c.server_id == server_id && c.carries_clients() && c.through.is_none())
+            .any(|c| c.server_id == *server_id && c.carries_clients() && c.through.is_none());
+        (!has_one && adopting.insert(key.clone())).then(|| Adopting {
+            set: self.adopting.clone(),
+            key,
+        })
     }
 
     /// Asks app server `server_id` for a direct connection to this node over one of its
     /// connections that reached this node through another, after such a connection arrived
-    /// (kept, or refused as a second one). The balancer sent it elsewhere by chance and the
+    /// (accepted, or refused as a second one). The balancer sent it elsewhere by chance and the
     /// app server plainly answers, so this node need not wait for the next ask (seconds,
     /// backing off to a minute): each miss is retried at once. At most [`SELF_ASKS`] in a
     /// row, as with a connection string that names one node every connection arrives
@@ -240,6 +264,20 @@ impl DefaultMode {
                 .inc();
         }
         sent
+    }
+
+    /// A connection of `server_id` for `hub` closed: once none is left, its asks are
+    /// forgotten (the SDK names a new server id on every start; one keeping its id starts
+    /// afresh).
+    pub(crate) fn server_left(&self, hub: &HubName, server_id: &Arc<str>) {
+        let gone = !self
+            .servers
+            .connections(hub)
+            .iter()
+            .any(|c| c.server_id == *server_id);
+        if gone {
+            self.got_direct(hub, server_id);
+        }
     }
 
     /// A direct connection of `server_id` for `hub` opened: later misses are retried anew.

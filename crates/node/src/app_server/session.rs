@@ -39,9 +39,14 @@ enum Refusal {
 pub(super) enum Aim {
     /// No instance, or this node's.
     Here,
-    /// Another node's, kept here because this node lacks a direct connection from the app
-    /// server too (see `DefaultMode::adopts`): its handshake may name that instance.
-    Adopted,
+    /// Another node's instance `target`, kept here because this node lacks a direct
+    /// connection from the app server too (`DefaultMode::start_adopting`): the handshake may
+    /// name that instance. Held until the connection is registered, so that a second one
+    /// arriving meanwhile is passed on.
+    Adopted {
+        target: String,
+        _adopting: super::nodes::Adopting,
+    },
     /// Why the URL already rules the connection out (it names an instance not in the
     /// cluster): told in the handshake response, where the SDK expects it.
     Refused(String),
@@ -79,15 +84,19 @@ async fn serve_connection(
     let mut buffer = BytesMut::new();
     let mut stateful = false;
     let handshake = read_handshake(&app, &mut socket, &reader, &mut buffer).await;
-    let accepted = match (handshake, aim) {
-        (Ok(_), Aim::Refused(why)) => Err(Refusal::Refused(why)),
+    let accepted = match (handshake, &aim) {
+        (Ok(_), Aim::Refused(why)) => Err(Refusal::Refused(why.clone())),
         (Ok(request), aim) => {
-            accept(&app, &request, matches!(aim, Aim::Adopted)).and_then(|accepted| {
+            let adopted_for = match aim {
+                Aim::Adopted { target, .. } => Some(target.as_str()),
+                _ => None,
+            };
+            accept(&app, &request, adopted_for).and_then(|accepted| {
                 stateful = request.allow_stateful_reconnects == Some(true);
                 let passed_on = through.is_some() && accepted.0 == ConnectionKind::OnDemand;
                 match passed_on.then(|| app.default_mode.refuse_passed_on(&hub, &server_id)) {
                     Some(Some(why)) => {
-                        app.default_mode.ask_for_direct(&hub, &server_id);
+                        ask_for_direct(&app, &hub, &server_id);
                         Err(Refusal::Refused(why))
                     }
                     _ => Ok(accepted),
@@ -134,6 +143,7 @@ async fn serve_connection(
         return;
     }
     opened(&app, &connection);
+    drop(aim);
     let outcome = serve(&app, &connection, &mut socket, &reader, buffer).await;
     closed(&app, &connection, &outcome);
     if let Err(error) = outcome {
@@ -172,8 +182,14 @@ fn opened(app: &AppServers, connection: &Arc<ServerConnection>) {
         app.default_mode
             .announce(&app.cluster, std::time::Instant::now());
     } else if connection.kind == ConnectionKind::OnDemand {
-        app.default_mode
-            .ask_for_direct(&connection.hub, &connection.server_id);
+        ask_for_direct(app, &connection.hub, &connection.server_id);
+    }
+}
+
+/// See [`DefaultMode::ask_for_direct`]; never by a node that is leaving.
+fn ask_for_direct(app: &AppServers, hub: &HubName, server_id: &str) {
+    if !app.cluster.members().is_leaving() {
+        app.default_mode.ask_for_direct(hub, server_id);
     }
 }
 
@@ -183,6 +199,8 @@ fn closed(app: &AppServers, connection: &Arc<ServerConnection>, outcome: &Result
     let metrics = &app.shared.metrics;
     connection.mark_closed();
     app.default_mode.servers.remove(connection);
+    app.default_mode
+        .server_left(&connection.hub, &connection.server_id);
     metrics.server_connections.dec();
     if connection.through.is_some() {
         metrics.server_connections_passed_on.dec();
@@ -213,7 +231,7 @@ fn closed(app: &AppServers, connection: &Arc<ServerConnection>, outcome: &Result
 fn accept(
     app: &AppServers,
     request: &HandshakeRequest,
-    adopted: bool,
+    adopted_for: Option<&str>,
 ) -> Result<(ConnectionKind, bool), Refusal> {
     let kind = ConnectionKind::from_wire(request.connection_type);
     // Weak connections carry no clients (the Management SDK's persistent transport, used by
@@ -238,9 +256,9 @@ fn accept(
     // One node is the only instance there is: any target means it.
     let instance = app.cluster.members().instance();
     if app.cluster.in_cluster()
-        && !adopted
         && !request.target.is_empty()
         && request.target != instance
+        && Some(request.target.as_str()) != adopted_for
     {
         return Err(Refusal::Refused(format!(
             "Service instance '{}' is not in this cluster (this is '{instance}').",
