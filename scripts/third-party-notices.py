@@ -30,6 +30,13 @@ JAVASCRIPT = [
 ]
 
 
+# C libraries a crate builds from sources it carries and links into the binary: their licence
+# files, relative to the crate, beside the crate's own.
+BUNDLED = {
+    "tikv-jemalloc-sys": ["jemalloc/COPYING"],
+}
+
+
 def vendored_version(variable):
     with open(os.path.join(ROOT, "scripts", "vendor-dashboard.sh"), encoding="utf-8") as f:
         found = re.search(rf"^{variable}=(\S+)$", f.read(), re.M)
@@ -84,6 +91,7 @@ def licence_files(package):
     declared = package.get("license_file")
     if declared and os.path.basename(declared) not in names and os.path.isfile(os.path.join(root, declared)):
         names.append(declared)
+    names += [n for n in BUNDLED.get(package["name"], []) if os.path.isfile(os.path.join(root, n))]
     texts = []
     for name in names:
         with open(os.path.join(root, name), encoding="utf-8", errors="replace") as f:

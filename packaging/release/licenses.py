@@ -54,11 +54,19 @@ def shipped_crates(meta, roots):
                   key=lambda p: (p["name"], p["version"]))
 
 
+# C libraries a crate builds from sources it carries and links into the binary (as in
+# scripts/third-party-notices.py): their licence files, relative to the crate.
+BUNDLED = {
+    "tikv-jemalloc-sys": ["jemalloc/COPYING"],
+}
+
+
 def licence_texts(package):
     folder = os.path.dirname(package["manifest_path"])
     names = sorted(name for name in os.listdir(folder) if LICENCE_FILE.match(name))
     if package.get("license_file"):
         names.append(package["license_file"])
+    names += BUNDLED.get(package["name"], [])
     texts = []
     for name in dict.fromkeys(names):
         path = os.path.join(folder, name)

@@ -528,8 +528,7 @@ async fn an_on_demand_connection_that_lands_on_a_node_lacking_one_is_kept_there(
     assert_eq!(on_demand_handshake(&mut kept, n3).await, "", "kept");
     assert_eq!(on_demand_handshake(&mut passed, n3).await, "", "passed on");
     eventually("n2 holds one, n3 the other", STEP, || {
-        nodes[1].node.server_connection_count() == 1
-            && nodes[2].node.server_connection_count() == 1
+        nodes[1].node.server_connection_count() == 1 && nodes[2].node.server_connection_count() == 1
     })
     .await;
     assert_eq!(
