@@ -12,6 +12,7 @@ use switchyard_core::HubName;
 use super::session::{self, Aim};
 use super::AppServers;
 use crate::auth::{authorize_hub, Unauthorized};
+use crate::budget::Slot;
 use crate::cluster::members::node_of_instance;
 use crate::cluster::proxy::FORWARDED_BY;
 use crate::config::ServiceMode;
@@ -62,23 +63,10 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
     let mut adopted_slot = None;
     let aim = match target.map(|target| (target, target_node(&app, target, &parts.headers))) {
         Some((target, TargetNode::Elsewhere(node))) => {
-            // The balancer picks blindly: passed on, this one would leave this node to be
-            // asked for again (and its connection would hang on the other node's fate).
-            let adopting = (app.shared.config.mode != ServiceMode::Serverless
-                && !app.cluster.members().is_leaving())
-            .then(|| app.default_mode.start_adopting(&hub, &server_id))
-            .flatten();
-            adopted_slot = adopting
-                .as_ref()
-                .and_then(|_| app.default_mode.server_slots.take(&hub).ok());
-            match adopting.filter(|_| adopted_slot.is_some()) {
-                Some(adopting) => {
-                    tracing::debug!(hub = %hub, server = %server_id, instead_of = %node,
-                        "an OnDemand connection for another node is kept: this node lacks one");
-                    Aim::Adopted {
-                        target: target.to_string(),
-                        _adopting: adopting,
-                    }
+            match keep_here(&app, &hub, &server_id, target, &node) {
+                Some((aim, slot)) => {
+                    adopted_slot = Some(slot);
+                    aim
                 }
                 None => {
                     let vouched = crate::cluster::assertion::Vouched {
@@ -86,17 +74,10 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
                         token,
                     };
                     let request = Request::from_parts(parts, body);
-                    return app
-                        .cluster
-                        .proxy()
-                        .forward(
-                            &app.cluster,
-                            &hub,
-                            &node,
-                            request,
-                            &vouched,
-                            "The target service instance cannot be reached.",
-                        )
+                    let unreachable = "The target service instance cannot be reached.";
+                    let proxy = app.cluster.proxy();
+                    return proxy
+                        .forward(&app.cluster, &hub, &node, request, &vouched, unreachable)
                         .await;
                 }
             }
@@ -135,6 +116,31 @@ pub(super) async fn connect(State(app): State<Arc<AppServers>>, request: Request
         .on_upgrade(move |socket| {
             session::run(app, socket, hub, server_id, cid, aim, through, slot)
         })
+}
+
+/// Whether an OnDemand connection for `node` (instance `target`) is kept here rather than
+/// passed on, and its place under the limits if so. The balancer picks blindly: passed on,
+/// it would leave this node to be asked for again (and its connection would hang on the
+/// other node's fate).
+fn keep_here(
+    app: &AppServers,
+    hub: &HubName,
+    server_id: &Arc<str>,
+    target: &str,
+    node: &str,
+) -> Option<(Aim, Slot<HubName>)> {
+    if app.shared.config.mode == ServiceMode::Serverless || app.cluster.members().is_leaving() {
+        return None;
+    }
+    let adopting = app.default_mode.start_adopting(hub, server_id)?;
+    let slot = app.default_mode.server_slots.take(hub).ok()?;
+    tracing::debug!(hub = %hub, server = %server_id, instead_of = %node,
+        "an OnDemand connection for another node is kept: this node lacks one");
+    let aim = Aim::Adopted {
+        target: target.to_string(),
+        _adopting: adopting,
+    };
+    Some((aim, slot))
 }
 
 /// Who the app server is: the token decides; the header may only repeat it (the SDK sends
