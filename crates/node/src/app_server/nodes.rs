@@ -214,17 +214,25 @@ impl DefaultMode {
     /// chance; kept, one that lands on a node lacking a connection serves that node at once,
     /// where passed on it would leave this node to be asked for again. `None`: pass it on.
     pub(crate) fn start_adopting(&self, hub: &HubName, server_id: &Arc<str>) -> Option<Adopting> {
+        if self.has_direct(hub, server_id) {
+            return None;
+        }
+        // A leaf lock, taken after the check (not around it): a direct connection registered
+        // in between costs one spare connection, no harm.
         let key = (hub.clone(), server_id.clone());
-        let mut adopting = self.adopting.lock();
-        let has_one = self
-            .servers
-            .connections(hub)
-            .iter()
-            .any(|c| c.server_id == *server_id && c.carries_clients() && c.through.is_none());
-        (!has_one && adopting.insert(key.clone())).then(|| Adopting {
+        self.adopting.lock().insert(key.clone()).then(|| Adopting {
             set: self.adopting.clone(),
             key,
         })
+    }
+
+    /// Whether this node holds a direct connection of `server_id` for `hub` that carries
+    /// clients (what its presence tells the others it has).
+    fn has_direct(&self, hub: &HubName, server_id: &str) -> bool {
+        self.servers
+            .connections(hub)
+            .iter()
+            .any(|c| &*c.server_id == server_id && c.carries_clients() && c.through.is_none())
     }
 
     /// Asks app server `server_id` for a direct connection to this node over one of its
@@ -232,17 +240,18 @@ impl DefaultMode {
     /// (accepted, or refused as a second one). The balancer sent it elsewhere by chance and the
     /// app server plainly answers, so this node need not wait for the next ask (seconds,
     /// backing off to a minute): each miss is retried at once. At most [`SELF_ASKS`] in a
-    /// row, as with a connection string that names one node every connection arrives
-    /// through it; a direct connection starts the count again. Returns whether it asked.
+    /// row, since with a connection string that names one node every connection arrives
+    /// through that node; a direct connection starts the count again. Returns whether it
+    /// asked.
     pub(crate) fn ask_for_direct(&self, hub: &HubName, server_id: &str) -> bool {
-        let connections = self.servers.connections(hub);
-        let mut theirs = connections
-            .iter()
-            .filter(|c| &*c.server_id == server_id && c.carries_clients());
-        if theirs.clone().any(|c| c.through.is_none()) {
+        if self.has_direct(hub, server_id) {
             return false;
         }
-        let Some(via) = theirs.next() else {
+        let connections = self.servers.connections(hub);
+        let Some(via) = connections
+            .iter()
+            .find(|c| &*c.server_id == server_id && c.carries_clients())
+        else {
             return false;
         };
         {
@@ -276,12 +285,13 @@ impl DefaultMode {
             .iter()
             .any(|c| c.server_id == *server_id);
         if gone {
-            self.got_direct(hub, server_id);
+            self.forget_self_asks(hub, server_id);
         }
     }
 
-    /// A direct connection of `server_id` for `hub` opened: later misses are retried anew.
-    pub(crate) fn got_direct(&self, hub: &HubName, server_id: &Arc<str>) {
+    /// Starts the count of [`Self::ask_for_direct`] again (a direct connection opened, or
+    /// the app server's last connection closed).
+    pub(crate) fn forget_self_asks(&self, hub: &HubName, server_id: &Arc<str>) {
         self.self_asked
             .lock()
             .remove(&(hub.clone(), server_id.clone()));

@@ -178,7 +178,7 @@ fn opened(app: &AppServers, connection: &Arc<ServerConnection>) {
     }
     if connection.through.is_none() {
         app.default_mode
-            .got_direct(&connection.hub, &connection.server_id);
+            .forget_self_asks(&connection.hub, &connection.server_id);
         app.default_mode
             .announce(&app.cluster, std::time::Instant::now());
     } else if connection.kind == ConnectionKind::OnDemand {
