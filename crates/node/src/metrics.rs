@@ -187,7 +187,7 @@ impl Metrics {
         r.register("frames_delivered", "Frames queued to client connections", self.frames_delivered.clone());
         r.register("rest_requests", "REST API requests, by status class", self.rest_requests.clone());
         r.register("server_connections", "App-server connections (Default mode) after their handshake", self.server_connections.clone());
-        r.register("server_connections_closed", "App-server connections ended, by reason (closed, protocol_error, server_timeout, socket_error, slow_consumer)", self.server_connections_closed.clone());
+        r.register("server_connections_closed", "App-server connections ended, by reason (closed, protocol_error, server_timeout, write_stalled, socket_error, slow_consumer)", self.server_connections_closed.clone());
         r.register("server_messages_received", "Service-protocol messages received from app servers", self.server_messages_received.clone());
         r.register("upstream_requests", "Upstream webhook requests, by category and outcome", self.upstream_requests.clone());
         r.register("http_connections", "Open HTTP sockets", self.http_connections.clone());

@@ -540,6 +540,136 @@ async fn a_greedy_client_is_held_back_not_its_neighbours() {
     greedy.expect(&hello).await;
 }
 
+/// Fills the socket to an app server that has stopped reading: `greedy` sends 64 KiB
+/// messages until the service holds it back; the sender is returned to be awaited later.
+fn flood(
+    mut greedy: common::RawClient,
+    count: usize,
+) -> tokio::task::JoinHandle<common::RawClient> {
+    let payload = "x".repeat(64 * 1024);
+    let message = format!("{{\"type\":1,\"target\":\"big\",\"arguments\":[\"{payload}\"]}}\u{1e}");
+    tokio::spawn(async move {
+        for _ in 0..count {
+            greedy.send_raw(message.as_bytes()).await;
+        }
+        greedy
+    })
+}
+
+/// A config whose app-server queue holds `budget` bytes, clients' messages up to 64 KiB.
+fn server_queue(budget: usize) -> Config {
+    let mut config = common::default_mode();
+    config.limits.max_pending_bytes_per_server_connection = budget;
+    config.limits.max_client_message_size = 1024 * 1024;
+    config
+}
+
+/// An app server that stops reading what the service sends still has what it sends read:
+/// its messages reach clients throughout (one task used to read and write, so a write
+/// waiting on the full socket stopped reads too, and after 10 s dropped the connection with
+/// every client on it). Once it reads again, nothing is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_app_server_that_stops_reading_is_still_read() {
+    use switchyard_hub_protocol::Format;
+    let server = TestServer::start_with(server_queue(1024 * 1024)).await;
+    let mut app = AppServer::open(&server, "chat", "app").await;
+    let token = server.token("chat", Some("greedy"));
+    let (greedy, greedy_id) =
+        common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
+    let token = server.token("chat", Some("bystander"));
+    let (mut bystander, bystander_id) =
+        common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
+    // 400 × 64 KiB = 25 MiB: more than the sockets hold, so the service's write waits.
+    let sender = flood(greedy, 400);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Twelve seconds of an app server that only writes: past the old 10 s write timeout.
+    for i in 0..12 {
+        let hello = common::Msg::invocation("hello", &[serde_json::json!(i)]);
+        app.send_to(&bystander_id, &hello.json).await;
+        bystander.expect(&hello).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(server.node.server_connection_count(), 1);
+    // It reads again: everything the greedy client sent arrives.
+    let mut received = 0;
+    while received < 400 {
+        let data = within(
+            "the greedy client's messages",
+            Duration::from_secs(30),
+            app.connection_data(&greedy_id),
+        )
+        .await;
+        received += data.iter().filter(|&&b| b == 0x1e).count();
+    }
+    assert_eq!(received, 400);
+    within("the sender", WAIT, sender).await.unwrap();
+}
+
+/// A write waiting on an app server that reads nothing does not hold its backlog past the
+/// queue's budget: messages that overflow it (here OpenConnections with large claims) cut
+/// the connection at once, as a slow consumer, not after a write timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_past_the_budget_cuts_a_waiting_write() {
+    use switchyard_hub_protocol::Format;
+    let server = TestServer::start_with(server_queue(256 * 1024)).await;
+    let mut app = AppServer::open(&server, "chat", "app").await;
+    let token = server.token("chat", Some("greedy"));
+    let (greedy, _) = common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
+    let sender = flood(greedy, 400);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(server.node.server_connection_count(), 1);
+    // Each newcomer's OpenConnection carries 5 KB of claims (tokens are capped at 8 KB);
+    // a few dozen pass the budget.
+    let claim = "c".repeat(5 * 1024);
+    let started = Instant::now();
+    let mut newcomers = Vec::new();
+    for _ in 0..64 {
+        let token = server.token_with("chat", &[("big", claim.as_str())]);
+        newcomers.push(common::RawClient::start(&server, "chat", &token, Format::Json).await);
+        if server.node.server_connection_count() == 0 {
+            break;
+        }
+    }
+    eventually("the app-server connection cut", WAIT, || {
+        server.node.server_connection_count() == 0
+    })
+    .await;
+    let cut = started.elapsed();
+    let slow = "switchyard_server_connections_closed_total{reason=\"slow_consumer\"}";
+    assert_eq!(server.metric(slow).await, 1, "cut after {cut:?}");
+    sender.abort();
+}
+
+/// An app server that keeps writing (its pings keep it from being silent) but reads nothing
+/// at all is dropped once a write has waited `timeouts.server_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_app_server_reading_nothing_for_the_server_timeout_is_dropped() {
+    use switchyard_hub_protocol::Format;
+    use switchyard_service_protocol::Ping;
+    let mut config = server_queue(1024 * 1024);
+    config.timeouts.server_keep_alive_interval = Duration::from_secs(1);
+    config.timeouts.server_timeout = Duration::from_secs(3);
+    let server = TestServer::start_with(config).await;
+    let mut app = AppServer::open(&server, "chat", "app").await;
+    let token = server.token("chat", Some("greedy"));
+    let (greedy, _) = common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
+    let sender = flood(greedy, 400);
+    let stalled = "switchyard_server_connections_closed_total{reason=\"write_stalled\"}";
+    within(
+        "the stalled connection dropped",
+        Duration::from_secs(20),
+        async {
+            while server.node.server_connection_count() == 1 {
+                app.send(Ping::keep_alive()).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(server.metric(stalled).await, 1);
+    sender.abort();
+}
+
 // ---------------------------------------------------------------------------------------
 // 5, 6. Forwarded headers and audiences
 // ---------------------------------------------------------------------------------------

@@ -292,6 +292,19 @@ impl Outbound {
         state.closing.clone().map(Batch::Close)
     }
 
+    /// Resolves once a push past the budget has cut the queue off (its backlog is dropped):
+    /// how a writer that is blocked in a socket write, and so not draining, learns of it.
+    pub async fn cut_off(&self) -> CloseReason {
+        loop {
+            // Made before the check: a notification in between is kept as a permit.
+            let notified = self.ready.notified();
+            if let Some(reason @ CloseReason::SlowConsumer { .. }) = &self.state.lock().closing {
+                return reason.clone();
+            }
+            notified.await;
+        }
+    }
+
     /// Waits until there is something to write, then moves every queued frame into `out`.
     pub async fn next_batch(&self, out: &mut Vec<Bytes>) -> Batch {
         self.next_batch_gated(out, true).await
@@ -313,6 +326,34 @@ impl Outbound {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn cut_off_waits_for_a_push_past_the_budget_only() {
+        let q = std::sync::Arc::new(Outbound::new(4));
+        assert!(q.push(Bytes::from_static(b"abc")));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.cut_off().await }
+        });
+        tokio::task::yield_now().await;
+        // Frames that fit and a graceful close are not a cut.
+        assert!(q.push(Bytes::from_static(b"d")));
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        assert!(!q.push(Bytes::from_static(b"ef")));
+        assert_eq!(
+            waiter.await.unwrap(),
+            CloseReason::SlowConsumer {
+                pending_bytes: 6,
+                budget: 4
+            }
+        );
+        let closed = Outbound::new(4);
+        closed.close(CloseReason::ClosedByApi(None));
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(20), closed.cut_off()).await;
+        assert!(waited.is_err(), "a close is not a cut");
+    }
 
     #[tokio::test]
     async fn drains_in_order_then_closes() {

@@ -11,7 +11,7 @@ use switchyard_core::CloseReason;
 pub(crate) enum Fault {
     /// The app server: it broke the protocol or stopped talking.
     AppServer,
-    /// The network between us: the socket failed or a write could not complete.
+    /// The network between us: the socket failed.
     Network,
     /// The service let go of it (its outbound queue passed its budget).
     Service,
@@ -36,9 +36,13 @@ pub(crate) enum LinkError {
     /// Nothing was received for the whole server timeout.
     #[error("Nothing was received from the app server for {}.", humantime::format_duration(*.0))]
     Silent(Duration),
-    /// The socket failed, or a write did not complete in time.
+    /// The socket failed.
     #[error("{0}")]
     Socket(String),
+    /// A write to the app server made no progress for the whole server timeout: it reads
+    /// nothing.
+    #[error("The app server read nothing the service sent for {}.", humantime::format_duration(*.0))]
+    Stalled(Duration),
     /// The connection's outbound queue was closed (e.g. as a slow consumer).
     #[error("{0}")]
     Queue(CloseReason),
@@ -47,7 +51,9 @@ pub(crate) enum LinkError {
 impl LinkError {
     pub(crate) fn fault(&self) -> Fault {
         match self {
-            LinkError::Protocol(_) | LinkError::Silent(_) => Fault::AppServer,
+            LinkError::Protocol(_) | LinkError::Silent(_) | LinkError::Stalled(_) => {
+                Fault::AppServer
+            }
             LinkError::Socket(_) => Fault::Network,
             LinkError::Queue(_) => Fault::Service,
         }
@@ -59,13 +65,15 @@ impl LinkError {
             LinkError::Protocol(_) => "protocol_error",
             LinkError::Silent(_) => "server_timeout",
             LinkError::Socket(_) => "socket_error",
+            LinkError::Stalled(_) => "write_stalled",
             LinkError::Queue(reason) => reason.code(),
         }
     }
 
-    /// Whether the socket can still carry a ServiceError telling the app server why.
+    /// Whether the socket can still carry a ServiceError telling the app server why (not
+    /// when it failed, nor when the app server reads nothing).
     pub(crate) fn can_tell_peer(&self) -> bool {
-        !matches!(self, LinkError::Socket(_))
+        !matches!(self, LinkError::Socket(_) | LinkError::Stalled(_))
     }
 }
 

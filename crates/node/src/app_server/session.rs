@@ -1,13 +1,15 @@
-//! One app-server connection: handshake, then a single task that reads messages and acts on
-//! them in arrival order (so what one connection sends reaches each client in order), writes
-//! what is queued for the app server, and pings it when quiet.
+//! One app-server connection: handshake, then one task that reads messages and acts on them
+//! in arrival order (so what one connection sends reaches each client in order) and, beside
+//! that and never waiting on it, writes what is queued for the app server and pings it when
+//! quiet.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
 use bytes::{Bytes, BytesMut};
-use futures_util::SinkExt;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
 use switchyard_core::HubName;
 use switchyard_router::Batch;
 use switchyard_service_protocol::{
@@ -24,7 +26,8 @@ use crate::budget::Slot;
 use crate::config::ServiceMode;
 use crate::metrics::ReasonLabel;
 
-/// A single write that takes longer than this drops the app-server connection.
+/// Bounds the handshake's answer and the goodbye (a running connection's writes are bounded
+/// by its queue's budget and `timeouts.server_timeout` instead).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why no server connection came of a handshake.
@@ -322,7 +325,10 @@ async fn refuse(socket: &mut WebSocket, error: &str) {
     let _ = timeout(SEND_TIMEOUT, socket.close()).await;
 }
 
-/// The connection's life after the handshake; `Ok` when the app server closed it.
+/// The connection's life after the handshake; `Ok` when the app server closed it. Reading
+/// and writing go on side by side: an app server slow to read what the service sends still
+/// has its own messages (to clients, acks, completions, pings) read, so neither side waits on
+/// the other.
 async fn serve(
     app: &AppServers,
     connection: &Arc<ServerConnection>,
@@ -330,60 +336,137 @@ async fn serve(
     reader: &FrameReader,
     mut buffer: BytesMut,
 ) -> Result<(), LinkError> {
-    let timeouts = &app.shared.config.timeouts;
-    let keep_alive = timeouts.server_keep_alive_interval;
-    let silence_limit = timeouts.server_timeout;
-    let mut batch: Vec<Bytes> = Vec::new();
-    let mut last_write = Instant::now();
-    let mut last_read = Instant::now();
     // Bytes that came with the handshake may already hold messages.
     drain(app, connection, reader, &mut buffer).await?;
+    let (sink, stream) = socket.split();
+    // One task for both halves: no spawn per connection, and whichever ends first ends both.
+    tokio::select! {
+        result = read_messages(app, connection, stream, reader, buffer) => result,
+        result = write_queue(app, connection, sink) => result,
+    }
+}
+
+/// Reads and acts on messages in arrival order, until the app server closes or is silent
+/// for `timeouts.server_timeout`.
+async fn read_messages(
+    app: &AppServers,
+    connection: &Arc<ServerConnection>,
+    mut stream: SplitStream<&mut WebSocket>,
+    reader: &FrameReader,
+    mut buffer: BytesMut,
+) -> Result<(), LinkError> {
+    let silence_limit = app.shared.config.timeouts.server_timeout;
+    let mut last_read = Instant::now();
+    // Re-armed only when it fires, not per message.
+    let silence = tokio::time::sleep_until(last_read + silence_limit);
+    tokio::pin!(silence);
     loop {
-        let ping_due = last_write + keep_alive;
-        let silent_due = last_read + silence_limit;
+        let incoming = tokio::select! {
+            incoming = stream.next() => incoming,
+            () = &mut silence => {
+                let due = last_read + silence_limit;
+                if due <= Instant::now() {
+                    return Err(LinkError::Silent(silence_limit));
+                }
+                silence.as_mut().reset(due);
+                continue;
+            }
+        };
+        last_read = Instant::now();
+        match incoming {
+            Some(Ok(WsMessage::Binary(data))) => {
+                if buffer.is_empty() {
+                    // The frame's own allocation becomes the buffer when nothing else holds
+                    // it (the usual case): payloads are then sliced from it without a copy.
+                    buffer = data
+                        .try_into_mut()
+                        .unwrap_or_else(|data| BytesMut::from(&data[..]));
+                } else {
+                    buffer.extend_from_slice(&data);
+                }
+                drain(app, connection, reader, &mut buffer).await?;
+            }
+            Some(Ok(WsMessage::Text(_))) => {
+                return Err(LinkError::Protocol(
+                    "The service protocol uses binary WebSocket messages.".into(),
+                ));
+            }
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
+            Some(Ok(WsMessage::Close(_))) | None => return Ok(()),
+            Some(Err(error)) => return Err(LinkError::Socket(format!("WebSocket error: {error}"))),
+        }
+    }
+}
+
+/// Writes what is queued for the app server, all of a batch in one flush, and pings it when
+/// nothing was written for `timeouts.server_keep_alive_interval`. A backlog that outgrows
+/// the queue's budget while a write waits cuts the connection at once; so does a write that
+/// makes no progress for `timeouts.server_timeout` (the app server reads nothing).
+async fn write_queue(
+    app: &AppServers,
+    connection: &Arc<ServerConnection>,
+    mut sink: SplitSink<&mut WebSocket, WsMessage>,
+) -> Result<(), LinkError> {
+    let timeouts = &app.shared.config.timeouts;
+    let keep_alive = timeouts.server_keep_alive_interval;
+    let stall_limit = timeouts.server_timeout;
+    let mut batch: Vec<Bytes> = Vec::new();
+    let mut last_write = Instant::now();
+    let ping = tokio::time::sleep_until(last_write + keep_alive);
+    tokio::pin!(ping);
+    loop {
         tokio::select! {
-            incoming = socket.recv() => match incoming {
-                Some(Ok(WsMessage::Binary(data))) => {
-                    last_read = Instant::now();
-                    if buffer.is_empty() {
-                        // The frame's own allocation becomes the buffer when nothing else holds
-                        // it (the usual case): payloads are then sliced from it without a copy.
-                        buffer = data.try_into_mut().unwrap_or_else(|data| BytesMut::from(&data[..]));
-                    } else {
-                        buffer.extend_from_slice(&data);
-                    }
-                    drain(app, connection, reader, &mut buffer).await?;
-                }
-                Some(Ok(WsMessage::Text(_))) => {
-                    return Err(LinkError::Protocol(
-                        "The service protocol uses binary WebSocket messages.".into(),
-                    ));
-                }
-                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => last_read = Instant::now(),
-                Some(Ok(WsMessage::Close(_))) | None => return Ok(()),
-                Some(Err(error)) => return Err(LinkError::Socket(format!("WebSocket error: {error}"))),
-            },
             next = connection.outbound.next_batch(&mut batch) => match next {
                 Batch::Frames => {
                     connection.drained();
-                    for frame in batch.drain(..) {
-                        write(socket.feed(WsMessage::Binary(frame))).await?;
+                    let written = write_batch(&mut sink, &mut batch, stall_limit);
+                    tokio::select! {
+                        biased;
+                        result = written => result?,
+                        reason = connection.outbound.cut_off() => {
+                            return Err(LinkError::Queue(reason));
+                        }
                     }
-                    write(socket.flush()).await?;
                     last_write = Instant::now();
                 }
                 Batch::Close(reason) => return Err(LinkError::Queue(reason)),
                 // Only client writers are interrupted.
                 Batch::Interrupted => {}
             },
-            _ = tokio::time::sleep_until(ping_due) => {
-                connection.send(&ServiceMessage::Ping(Ping::keep_alive()));
-                last_write = Instant::now();
+            () = &mut ping => {
+                if last_write + keep_alive <= Instant::now() {
+                    connection.send(&ServiceMessage::Ping(Ping::keep_alive()));
+                    last_write = Instant::now();
+                }
+                ping.as_mut().reset(last_write + keep_alive);
             },
-            _ = tokio::time::sleep_until(silent_due) => {
-                return Err(LinkError::Silent(silence_limit));
-            }
         }
+    }
+}
+
+/// Feeds every frame of `batch` to the socket, then flushes once.
+async fn write_batch(
+    sink: &mut SplitSink<&mut WebSocket, WsMessage>,
+    batch: &mut Vec<Bytes>,
+    stall_limit: Duration,
+) -> Result<(), LinkError> {
+    for frame in batch.drain(..) {
+        progress(sink.feed(WsMessage::Binary(frame)), stall_limit).await?;
+    }
+    progress(sink.flush(), stall_limit).await
+}
+
+/// One step of a write, which the app server must let through within `stall_limit`.
+async fn progress<E: std::fmt::Display>(
+    operation: impl std::future::Future<Output = Result<(), E>>,
+    stall_limit: Duration,
+) -> Result<(), LinkError> {
+    match timeout(stall_limit, operation).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(LinkError::Socket(format!(
+            "WebSocket write failed: {error}"
+        ))),
+        Err(_) => Err(LinkError::Stalled(stall_limit)),
     }
 }
 
