@@ -582,6 +582,7 @@ async fn an_app_server_that_stops_reading_is_still_read() {
     // 400 × 64 KiB = 25 MiB: more than the sockets hold, so the service's write waits.
     let sender = flood(greedy, 400);
     tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!sender.is_finished(), "the sockets took the whole flood");
     // Twelve seconds of an app server that only writes: past the old 10 s write timeout.
     for i in 0..12 {
         let hello = common::Msg::invocation("hello", &[serde_json::json!(i)]);
@@ -617,6 +618,7 @@ async fn a_backlog_past_the_budget_cuts_a_waiting_write() {
     let (greedy, _) = common::connect_client(&server, &mut app, "chat", &token, Format::Json).await;
     let sender = flood(greedy, 400);
     tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!sender.is_finished(), "the sockets took the whole flood");
     assert_eq!(server.node.server_connection_count(), 1);
     // Each newcomer's OpenConnection carries 5 KB of claims (tokens are capped at 8 KB);
     // a few dozen pass the budget.
@@ -636,7 +638,12 @@ async fn a_backlog_past_the_budget_cuts_a_waiting_write() {
     .await;
     let cut = started.elapsed();
     let slow = "switchyard_server_connections_closed_total{reason=\"slow_consumer\"}";
-    assert_eq!(server.metric(slow).await, 1, "cut after {cut:?}");
+    common::eventually_async(
+        &format!("counted as slow, cut after {cut:?}"),
+        WAIT,
+        || async { server.metric(slow).await == 1 },
+    )
+    .await;
     sender.abort();
 }
 
@@ -666,7 +673,10 @@ async fn an_app_server_reading_nothing_for_the_server_timeout_is_dropped() {
         },
     )
     .await;
-    assert_eq!(server.metric(stalled).await, 1);
+    common::eventually_async("counted as write_stalled", WAIT, || async {
+        server.metric(stalled).await == 1
+    })
+    .await;
     sender.abort();
 }
 

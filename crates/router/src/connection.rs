@@ -294,9 +294,10 @@ impl Outbound {
 
     /// Resolves once a push past the budget has cut the queue off (its backlog is dropped):
     /// how a writer that is blocked in a socket write, and so not draining, learns of it.
+    /// The writer must not wait in this and [`Outbound::next_batch`] at once: both take the
+    /// queue's one wake-up (each re-checks the state after it, so neither loses frames).
     pub async fn cut_off(&self) -> CloseReason {
         loop {
-            // Made before the check: a notification in between is kept as a permit.
             let notified = self.ready.notified();
             if let Some(reason @ CloseReason::SlowConsumer { .. }) = &self.state.lock().closing {
                 return reason.clone();

@@ -46,6 +46,9 @@ pub(crate) enum LinkError {
     /// The connection's outbound queue was closed (e.g. as a slow consumer).
     #[error("{0}")]
     Queue(CloseReason),
+    /// The queue passed its budget while a write waited on the full socket.
+    #[error("{0}")]
+    CutOff(CloseReason),
 }
 
 impl LinkError {
@@ -55,7 +58,7 @@ impl LinkError {
                 Fault::AppServer
             }
             LinkError::Socket(_) => Fault::Network,
-            LinkError::Queue(_) => Fault::Service,
+            LinkError::Queue(_) | LinkError::CutOff(_) => Fault::Service,
         }
     }
 
@@ -66,14 +69,17 @@ impl LinkError {
             LinkError::Silent(_) => "server_timeout",
             LinkError::Socket(_) => "socket_error",
             LinkError::Stalled(_) => "write_stalled",
-            LinkError::Queue(reason) => reason.code(),
+            LinkError::Queue(reason) | LinkError::CutOff(reason) => reason.code(),
         }
     }
 
-    /// Whether the socket can still carry a ServiceError telling the app server why (not
-    /// when it failed, nor when the app server reads nothing).
+    /// Whether the socket can still carry a ServiceError and a close frame (not when it
+    /// failed, nor when it is full: the goodbye would only wait on it).
     pub(crate) fn can_tell_peer(&self) -> bool {
-        !matches!(self, LinkError::Socket(_) | LinkError::Stalled(_))
+        !matches!(
+            self,
+            LinkError::Socket(_) | LinkError::Stalled(_) | LinkError::CutOff(_)
+        )
     }
 }
 

@@ -149,13 +149,16 @@ async fn serve_connection(
     drop(aim);
     let outcome = serve(&app, &connection, &mut socket, &reader, buffer).await;
     closed(&app, &connection, &outcome);
-    if let Err(error) = outcome {
-        if error.can_tell_peer() {
+    match outcome {
+        // Dropping the socket ends it; a goodbye would only wait on it.
+        Err(error) if !error.can_tell_peer() => return,
+        Err(error) => {
             let frame = encoded(&ServiceMessage::ServiceError(ServiceError {
                 error_message: error.to_string(),
             }));
             let _ = timeout(SEND_TIMEOUT, socket.send(WsMessage::Binary(frame))).await;
         }
+        Ok(()) => {}
     }
     let _ = timeout(SEND_TIMEOUT, socket.close()).await;
 }
@@ -339,7 +342,9 @@ async fn serve(
     // Bytes that came with the handshake may already hold messages.
     drain(app, connection, reader, &mut buffer).await?;
     let (sink, stream) = socket.split();
-    // One task for both halves: no spawn per connection, and whichever ends first ends both.
+    // One task for both halves: no spawn per connection, and whichever ends first ends both
+    // (a reader cut mid-way drops messages it read but did not act on: the connection is
+    // going, and their acks could not reach the app server anyway).
     tokio::select! {
         result = read_messages(app, connection, stream, reader, buffer) => result,
         result = write_queue(app, connection, sink) => result,
@@ -424,7 +429,7 @@ async fn write_queue(
                         biased;
                         result = written => result?,
                         reason = connection.outbound.cut_off() => {
-                            return Err(LinkError::Queue(reason));
+                            return Err(LinkError::CutOff(reason));
                         }
                     }
                     last_write = Instant::now();
