@@ -486,6 +486,22 @@ async fn over_a_cap_of_websockets_a_socket_is_closed() {
 // 3. One client cannot cost others their app-server connection
 // ---------------------------------------------------------------------------------------
 
+/// Reads the app server's ConnectionData from `client` until `count` JSON messages came;
+/// how many came.
+async fn messages_to_app(app: &mut AppServer, client: &str, count: usize) -> usize {
+    let mut received = 0;
+    while received < count {
+        let data = within(
+            "the greedy client's messages",
+            Duration::from_secs(30),
+            app.connection_data(client),
+        )
+        .await;
+        received += data.iter().filter(|&&b| b == 0x1e).count();
+    }
+    received
+}
+
 /// An app server that stops reading, and one client sending large messages: the client is
 /// held back (its transport stops reading) instead of the shared server connection being
 /// dropped, which used to close every other client on it with "app server … was lost".
@@ -520,17 +536,7 @@ async fn a_greedy_client_is_held_back_not_its_neighbours() {
         "the shared server connection was dropped"
     );
     // The app server reads again: everything the greedy client sent arrives, in order.
-    let mut received = 0;
-    while received < 48 {
-        let data = within(
-            "the greedy client's messages",
-            Duration::from_secs(30),
-            app.connection_data(&greedy_id),
-        )
-        .await;
-        received += data.iter().filter(|&&b| b == 0x1e).count();
-    }
-    assert_eq!(received, 48);
+    assert_eq!(messages_to_app(&mut app, &greedy_id, 48).await, 48);
     let mut greedy = within("the sender", WAIT, sender).await.unwrap();
     // Nobody was closed: both clients still get the app server's messages.
     let hello = common::Msg::invocation("hello", &[]);
@@ -592,17 +598,7 @@ async fn an_app_server_that_stops_reading_is_still_read() {
     }
     assert_eq!(server.node.server_connection_count(), 1);
     // It reads again: everything the greedy client sent arrives.
-    let mut received = 0;
-    while received < 400 {
-        let data = within(
-            "the greedy client's messages",
-            Duration::from_secs(30),
-            app.connection_data(&greedy_id),
-        )
-        .await;
-        received += data.iter().filter(|&&b| b == 0x1e).count();
-    }
-    assert_eq!(received, 400);
+    assert_eq!(messages_to_app(&mut app, &greedy_id, 400).await, 400);
     within("the sender", WAIT, sender).await.unwrap();
 }
 

@@ -139,7 +139,7 @@ async fn serve_connection(
         ext: Extensions::default(),
         connection_id: Some(connection.id.to_string()),
     }));
-    if write(socket.send(WsMessage::Binary(response)))
+    if progress(socket.send(WsMessage::Binary(response)), SEND_TIMEOUT)
         .await
         .is_err()
     {
@@ -461,7 +461,8 @@ async fn write_batch(
     progress(sink.flush(), stall_limit).await
 }
 
-/// One step of a write, which the app server must let through within `stall_limit`.
+/// One step of a write (or the handshake's answer), which the app server must let through
+/// within `stall_limit`.
 async fn progress<E: std::fmt::Display>(
     operation: impl std::future::Future<Output = Result<(), E>>,
     stall_limit: Duration,
@@ -472,22 +473,6 @@ async fn progress<E: std::fmt::Display>(
             "WebSocket write failed: {error}"
         ))),
         Err(_) => Err(LinkError::Stalled(stall_limit)),
-    }
-}
-
-/// One bounded socket write.
-async fn write<E: std::fmt::Display>(
-    operation: impl std::future::Future<Output = Result<(), E>>,
-) -> Result<(), LinkError> {
-    match timeout(SEND_TIMEOUT, operation).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(LinkError::Socket(format!(
-            "WebSocket write failed: {error}"
-        ))),
-        Err(_) => Err(LinkError::Socket(format!(
-            "a write did not complete within {}",
-            humantime::format_duration(SEND_TIMEOUT)
-        ))),
     }
 }
 
