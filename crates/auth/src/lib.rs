@@ -8,6 +8,8 @@
 //! - [`jwt`]: issuing tokens byte-compatible with the SDKs
 //!   ([`TokenBuilder`], [`issue_token`]) and verifying them
 //!   ([`verify_token`] → [`VerifiedToken`] with claim helpers, [`AuthError`]).
+//! - [`verifier`]: [`TokenVerifier`], [`verify_token`] for fixed keys that remembers the
+//!   tokens that passed (a negotiate and its connect, a REST caller's repeated token).
 //! - [`audience`]: the audience rule shared by client and REST endpoints
 //!   ([`audience_matches`], [`RequestTarget`], [`client_audience`]).
 //! - [`upstream`]: the `X-ASRS-Signature` of upstream webhooks
@@ -26,6 +28,7 @@ pub mod jwt;
 mod jwt_crypto;
 pub mod keys;
 pub mod upstream;
+pub mod verifier;
 
 pub use audience::{
     audience_matches, audience_matches_strictly, client_audience, server_audience, RequestTarget,
@@ -40,3 +43,4 @@ pub use jwt::{
 };
 pub use keys::{generate_connection_token, AccessKeys, SigningKey, EMULATOR_ACCESS_KEY};
 pub use upstream::{upstream_signature, verify_upstream_signature, SIGNATURE_HEADER};
+pub use verifier::{TokenVerifier, DEFAULT_CACHE_BYTES};

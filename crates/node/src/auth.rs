@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderMap, StatusCode};
 use switchyard_auth::{
-    audience_matches_strictly, verify_token, AccessKeys, AuthError, RequestTarget, Strictness,
+    audience_matches_strictly, AccessKeys, AuthError, RequestTarget, Strictness, TokenVerifier,
     VerifiedToken,
 };
 use switchyard_core::clock::unix_now;
@@ -29,7 +29,8 @@ pub(crate) fn bearer_token<'a>(headers: &'a HeaderMap, query: &'a Query) -> Opti
 /// the service's own origins (never what the request's `Host` or `X-Forwarded-*` headers
 /// claim), and at most the configured lifetime.
 pub(crate) struct Auth {
-    keys: AccessKeys,
+    /// The keys, and the tokens that passed them (checked again for expiry and audience only).
+    verifier: TokenVerifier,
     /// `(scheme, host)` pairs tokens may name: the public endpoint, the listen address.
     origins: Vec<(String, String)>,
     /// Longest lifetime a token may have, in seconds; 0: no cap.
@@ -57,14 +58,14 @@ impl Auth {
             origins.push((config.listen_scheme().to_string(), host));
         }
         Auth {
-            keys,
+            verifier: TokenVerifier::new(keys),
             origins,
             max_lifetime_secs: config.limits.max_token_lifetime.as_secs() as i64,
         }
     }
 
     pub(crate) fn keys(&self) -> &AccessKeys {
-        &self.keys
+        self.verifier.keys()
     }
 
     /// Verifies a bearer token whose audience must name `path` + `query` on one of this
@@ -79,7 +80,7 @@ impl Auth {
         let token =
             token.ok_or_else(|| AuthError::Malformed("no access token was given".into()))?;
         let now = unix_now();
-        let verified = verify_token(token, &self.keys, now, |aud| {
+        let verified = self.verifier.verify(token, now, |aud| {
             self.origins.iter().any(|(scheme, host)| {
                 let target = RequestTarget {
                     scheme,
