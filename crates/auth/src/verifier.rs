@@ -80,6 +80,17 @@ impl TokenVerifier {
         }
     }
 
+    /// [`crate::verify_token`] with these keys, neither looked up nor remembered: for tokens
+    /// used once or twice (a client's negotiate and connect), which would only take room.
+    pub fn verify_once(
+        &self,
+        token: &str,
+        now_unix: i64,
+        audience_ok: impl Fn(&str) -> bool,
+    ) -> Result<VerifiedToken, AuthError> {
+        crate::jwt::verify_token(token, &self.keys, now_unix, audience_ok)
+    }
+
     /// Tokens remembered now (for tests and metrics).
     pub fn remembered_count(&self) -> usize {
         self.lock().tokens.len()

@@ -4,9 +4,11 @@
 //! Connection channels are not tracked: there is one per connection, and a map entry each
 //! would cost every connection of a single node memory for nothing. A message on a connection
 //! channel goes to every node of the process instead; a node's router ignores connections it
-//! does not hold.
+//! does not hold. User channels are tracked (a user's sends reach only its nodes), so each
+//! costs little: a sorted list of shared node names, one 16-byte allocation for one node
+//! (a `BTreeSet` of names held a 280-byte leaf and a copy of the name per user).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -21,8 +23,10 @@ pub struct MemoryBackplane {
 
 #[derive(Default)]
 struct State {
-    sinks: HashMap<NodeId, Arc<dyn Sink>>,
-    subscribers: HashMap<Channel, BTreeSet<NodeId>>,
+    /// Each attached node's sink, and its name as the subscription lists share it.
+    sinks: HashMap<NodeId, (Arc<str>, Arc<dyn Sink>)>,
+    /// Sorted and without repeats.
+    subscribers: HashMap<Channel, Vec<Arc<str>>>,
 }
 
 impl MemoryBackplane {
@@ -36,16 +40,30 @@ impl MemoryBackplane {
     }
 }
 
+impl State {
+    fn add(&mut self, channel: Channel, node: &NodeId) {
+        let name = match self.sinks.get(node) {
+            Some((name, _)) => name.clone(),
+            None => Arc::from(node.as_str()),
+        };
+        let nodes = self
+            .subscribers
+            .entry(channel)
+            .or_insert_with(|| Vec::with_capacity(1));
+        if let Err(at) = nodes.binary_search_by(|n| n.as_ref().cmp(node.as_str())) {
+            nodes.insert(at, name);
+        }
+    }
+}
+
 impl Backplane for MemoryBackplane {
     fn attach(&self, node: &NodeId, sink: Arc<dyn Sink>) {
         let mut state = self.state.write();
-        state.sinks.insert(node.clone(), sink);
+        state
+            .sinks
+            .insert(node.clone(), (Arc::from(node.as_str()), sink));
         for channel in [Channel::Node(node.clone()), Channel::All] {
-            state
-                .subscribers
-                .entry(channel)
-                .or_default()
-                .insert(node.clone());
+            state.add(channel, node);
         }
     }
 
@@ -53,7 +71,7 @@ impl Backplane for MemoryBackplane {
         let mut state = self.state.write();
         state.sinks.remove(node);
         state.subscribers.retain(|_, nodes| {
-            nodes.remove(node);
+            nodes.retain(|n| n.as_ref() != node.as_str());
             !nodes.is_empty()
         });
     }
@@ -62,12 +80,7 @@ impl Backplane for MemoryBackplane {
         if matches!(channel, Channel::Connection(..)) {
             return;
         }
-        self.state
-            .write()
-            .subscribers
-            .entry(channel.clone())
-            .or_default()
-            .insert(node.clone());
+        self.state.write().add(channel.clone(), node);
     }
 
     fn unsubscribe(&self, node: &NodeId, channel: &Channel) {
@@ -76,7 +89,7 @@ impl Backplane for MemoryBackplane {
         }
         let mut state = self.state.write();
         if let Some(nodes) = state.subscribers.get_mut(channel) {
-            nodes.remove(node);
+            nodes.retain(|n| n.as_ref() != node.as_str());
             if nodes.is_empty() {
                 state.subscribers.remove(channel);
             }
@@ -99,24 +112,27 @@ impl Backplane for MemoryBackplane {
 }
 
 impl MemoryBackplane {
-    /// The sinks of the nodes subscribed to any of `channels`, collected so that no lock is
-    /// held while sinks run (they may subscribe).
+    /// The sinks of the nodes subscribed to any of `channels`, each once, in the order of
+    /// their names; collected so that no lock is held while sinks run (they may subscribe).
     fn sinks_for(&self, channels: &[Channel]) -> Vec<Arc<dyn Sink>> {
-        {
-            let state = self.state.read();
-            let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
-            for channel in channels {
-                if matches!(channel, Channel::Connection(..)) {
-                    nodes.extend(state.sinks.keys());
-                } else if let Some(subscribed) = state.subscribers.get(channel) {
-                    nodes.extend(subscribed.iter());
-                }
+        let state = self.state.read();
+        let mut nodes: Vec<&str> = Vec::new();
+        for channel in channels {
+            if matches!(channel, Channel::Connection(..)) {
+                nodes.extend(state.sinks.keys().map(String::as_str));
+            } else if let Some(subscribed) = state.subscribers.get(channel) {
+                nodes.extend(subscribed.iter().map(|n| n.as_ref()));
             }
-            nodes
-                .into_iter()
-                .filter_map(|n| state.sinks.get(n).cloned())
-                .collect()
         }
+        // One channel's list is sorted already; several may share nodes.
+        if channels.len() > 1 || matches!(channels.first(), Some(Channel::Connection(..))) {
+            nodes.sort_unstable();
+            nodes.dedup();
+        }
+        nodes
+            .into_iter()
+            .filter_map(|n| state.sinks.get(n).map(|(_, sink)| sink.clone()))
+            .collect()
     }
 }
 
@@ -162,6 +178,43 @@ mod tests {
         assert_eq!(*sink.0.lock(), 1);
         backplane.unsubscribe(&node, &channel);
         assert_eq!(backplane.channel_count(), before);
+    }
+
+    /// A user channel is a set: subscribing twice keeps one entry, and a channel leaves
+    /// the map with its last subscriber.
+    #[test]
+    fn subscriptions_are_sets_per_channel() {
+        let backplane = super::MemoryBackplane::new();
+        let (a, b) = ("a".to_string(), "b".to_string());
+        let (sink_a, sink_b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        backplane.attach(&b, sink_b.clone());
+        backplane.attach(&a, sink_a.clone());
+        let before = backplane.channel_count();
+        let hub = switchyard_core::HubName::new("h", None).unwrap();
+        let user = Channel::User(hub.clone(), switchyard_core::UserId::new("u").unwrap());
+        backplane.subscribe(&b, &user);
+        backplane.subscribe(&a, &user);
+        backplane.subscribe(&a, &user);
+        assert_eq!(backplane.channel_count(), before + 1);
+        let send = |n: u64| {
+            Arc::new(Message::Close {
+                hub: hub.clone(),
+                target: Target::User(switchyard_core::UserId::new("u").unwrap()),
+                excluded: vec![],
+                reason: switchyard_core::CloseReason::ClosedByApi(Some(n.to_string())),
+            })
+        };
+        backplane.publish(&[user.clone(), Channel::All], send(1));
+        assert_eq!((*sink_a.0.lock(), *sink_b.0.lock()), (1, 1));
+        backplane.unsubscribe(&a, &user);
+        backplane.publish(std::slice::from_ref(&user), send(2));
+        assert_eq!((*sink_a.0.lock(), *sink_b.0.lock()), (1, 2));
+        backplane.unsubscribe(&b, &user);
+        assert_eq!(backplane.channel_count(), before);
+        backplane.subscribe(&a, &user);
+        backplane.detach(&a);
+        // Its node channel and the user channel went; `All` keeps b.
+        assert_eq!(backplane.channel_count(), before - 1);
     }
 
     #[test]

@@ -69,9 +69,33 @@ impl Auth {
     }
 
     /// Verifies a bearer token whose audience must name `path` + `query` on one of this
-    /// service's origins.
+    /// service's origins, remembering it: for REST and dashboard callers, which send one
+    /// token many times.
     pub(crate) fn authenticate(
         &self,
+        token: Option<&str>,
+        path: &str,
+        query: Option<&str>,
+        strict: &Strictness<'_>,
+    ) -> Result<VerifiedToken, AuthError> {
+        self.check(Use::Repeated, token, path, query, strict)
+    }
+
+    /// [`Auth::authenticate`] for a connect's token, used at most twice (negotiate, then the
+    /// transport): not remembered, so that held connections do not fill the cache.
+    pub(crate) fn authenticate_once(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        query: Option<&str>,
+        strict: &Strictness<'_>,
+    ) -> Result<VerifiedToken, AuthError> {
+        self.check(Use::Once, token, path, query, strict)
+    }
+
+    fn check(
+        &self,
+        usage: Use,
         token: Option<&str>,
         path: &str,
         query: Option<&str>,
@@ -80,7 +104,7 @@ impl Auth {
         let token =
             token.ok_or_else(|| AuthError::Malformed("no access token was given".into()))?;
         let now = unix_now();
-        let verified = self.verifier.verify(token, now, |aud| {
+        let audience_ok = |aud: &str| {
             self.origins.iter().any(|(scheme, host)| {
                 let target = RequestTarget {
                     scheme,
@@ -90,7 +114,11 @@ impl Auth {
                 };
                 audience_matches_strictly(aud, &target, strict)
             })
-        })?;
+        };
+        let verified = match usage {
+            Use::Repeated => self.verifier.verify(token, now, audience_ok),
+            Use::Once => self.verifier.verify_once(token, now, audience_ok),
+        }?;
         if self.max_lifetime_secs > 0 {
             let issued = verified
                 .claim("iat")
@@ -105,6 +133,13 @@ impl Auth {
         }
         Ok(verified)
     }
+}
+
+/// Whether a token is worth remembering.
+#[derive(Clone, Copy)]
+enum Use {
+    Repeated,
+    Once,
 }
 
 /// The hub endpoints' common check (`/client/`, `/server/`): exactly one valid `hub`, and a
@@ -134,7 +169,7 @@ pub(crate) fn authorize_hub(
     }
     let audience_query = format!("hub={}", hub.as_str());
     let token = auth
-        .authenticate(
+        .authenticate_once(
             bearer_token(&request.headers, query),
             path,
             Some(&audience_query),

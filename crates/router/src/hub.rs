@@ -1,5 +1,6 @@
 //! One hub's indices: connections, users, groups and user-group memberships, each sharded.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -22,6 +23,54 @@ const NO_TTL_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 const MAX_TTL_LESS_GROUPS_PER_USER: usize = 100;
 
 type ConnectionMap = HashMap<ConnectionId, Arc<Connection>>;
+
+/// A user's connections on this node. Most users hold one, which needs no map: a map of one
+/// is a 116-byte table per user (dhat, 2,000 users).
+enum UserConnections {
+    One(Arc<Connection>),
+    Many(ConnectionMap),
+}
+
+impl UserConnections {
+    fn insert(&mut self, connection: Arc<Connection>) {
+        match self {
+            UserConnections::One(only) if only.id() == connection.id() => *only = connection,
+            UserConnections::One(only) => {
+                let mut map = ConnectionMap::with_capacity(2);
+                map.insert(only.id().clone(), only.clone());
+                map.insert(connection.id().clone(), connection);
+                *self = UserConnections::Many(map);
+            }
+            UserConnections::Many(map) => {
+                map.insert(connection.id().clone(), connection);
+            }
+        }
+    }
+
+    /// Removes `id`; true when no connection is left.
+    fn remove(&mut self, id: &ConnectionId) -> bool {
+        match self {
+            UserConnections::One(only) => only.id() == id,
+            UserConnections::Many(map) => {
+                map.remove(id);
+                if map.len() == 1 {
+                    if let Some(last) = map.values().next().cloned() {
+                        *self = UserConnections::One(last);
+                    }
+                    return false;
+                }
+                map.is_empty()
+            }
+        }
+    }
+
+    fn for_each(&self, visit: &mut dyn FnMut(&Arc<Connection>)) {
+        match self {
+            UserConnections::One(only) => visit(only),
+            UserConnections::Many(map) => map.values().for_each(visit),
+        }
+    }
+}
 
 #[derive(Default)]
 struct UserGroups {
@@ -70,7 +119,7 @@ pub enum Join {
 pub struct Hub {
     name: HubName,
     connections: Sharded<ConnectionMap>,
-    users: Sharded<HashMap<UserId, ConnectionMap>>,
+    users: Sharded<HashMap<UserId, UserConnections>>,
     groups: Sharded<HashMap<GroupName, ConnectionMap>>,
     user_groups: Sharded<HashMap<UserId, UserGroups>>,
     /// Connection count; a mutex (not an atomic) so that the first/last reports of the hub
@@ -227,11 +276,13 @@ impl Hub {
             }
             if let Some(user) = connection.user() {
                 let mut shard = self.users.shard(user).write();
-                let map = shard.entry(user.clone()).or_default();
-                map.insert(id.clone(), connection.clone());
-                if map.len() == 1 {
-                    self.interest
-                        .changed(Channel::User(self.name.clone(), user.clone()), true);
+                match shard.entry(user.clone()) {
+                    Entry::Vacant(entry) => {
+                        entry.insert(UserConnections::One(connection.clone()));
+                        self.interest
+                            .changed(Channel::User(self.name.clone(), user.clone()), true);
+                    }
+                    Entry::Occupied(mut entry) => entry.get_mut().insert(connection.clone()),
                 }
             }
         }
@@ -261,9 +312,8 @@ impl Hub {
         }
         if let Some(user) = connection.user() {
             let mut shard = self.users.shard(user).write();
-            if let Some(map) = shard.get_mut(user) {
-                map.remove(id);
-                if map.is_empty() {
+            if let Some(connections) = shard.get_mut(user) {
+                if connections.remove(id) {
                     shard.remove(user);
                     self.interest
                         .changed(Channel::User(self.name.clone(), user.clone()), false);
@@ -306,7 +356,11 @@ impl Hub {
             .shard(user)
             .read()
             .get(user)
-            .map(|m| m.values().cloned().collect())
+            .map(|connections| {
+                let mut all = Vec::new();
+                connections.for_each(&mut |c| all.push(c.clone()));
+                all
+            })
             .unwrap_or_default()
     }
 
@@ -720,9 +774,7 @@ impl Hub {
 
     fn visit_user(&self, user: &UserId, visit: &mut dyn FnMut(&Arc<Connection>)) {
         if let Some(connections) = self.users.shard(user).read().get(user) {
-            for connection in connections.values() {
-                visit(connection);
-            }
+            connections.for_each(visit);
         }
     }
 }

@@ -125,6 +125,34 @@ fn user_target_reaches_all_connections_of_the_user() {
     assert!(reached(&conns).is_empty());
 }
 
+/// A user's connections kept apart from one to several and back (one needs no map).
+#[test]
+fn user_target_follows_connections_leaving_one_by_one() {
+    let s = setup();
+    let conns = vec![
+        connect(&s.hub, "a1", Some("alice")),
+        connect(&s.hub, "a2", Some("alice")),
+        connect(&s.hub, "a3", Some("alice")),
+    ];
+    let payloads = json("j");
+    let alice = Target::User(uid("alice"));
+    s.hub.remove_connection(&cid("a2"));
+    assert_eq!(s.hub.send(&alice, &payloads), 2);
+    assert_eq!(reached(&conns), strings(&["a1", "a3"]));
+    s.hub.remove_connection(&cid("a1"));
+    assert_eq!(s.hub.send(&alice, &payloads), 1);
+    assert_eq!(reached(&conns), strings(&["a3"]));
+    // Back to two, then none.
+    let a4 = connect(&s.hub, "a4", Some("alice"));
+    assert_eq!(s.hub.send(&alice, &payloads), 2);
+    assert_eq!(reached(&conns), strings(&["a3"]));
+    assert_eq!(reached(std::slice::from_ref(&a4)), strings(&["a4"]));
+    s.hub.remove_connection(&cid("a3"));
+    s.hub.remove_connection(&cid("a4"));
+    assert_eq!(s.hub.send(&alice, &payloads), 0);
+    assert!(!s.hub.user_exists(&uid("alice")));
+}
+
 #[test]
 fn users_target_dedups() {
     let s = setup();
