@@ -15,62 +15,13 @@ use switchyard_core::{
 };
 
 use crate::shard::Sharded;
+use crate::users::{ConnectionMap, UserConnections};
 use crate::{Connection, Interest, Traffic, TrafficTotals};
 
 /// A user-group membership without ttl lasts this long (Azure: "up to one year").
 const NO_TTL_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Azure keeps only the latest 100 ttl-less group memberships per user.
 const MAX_TTL_LESS_GROUPS_PER_USER: usize = 100;
-
-type ConnectionMap = HashMap<ConnectionId, Arc<Connection>>;
-
-/// A user's connections on this node. Most users hold one, which needs no map: a map of one
-/// is a 116-byte table per user (dhat, 2,000 users).
-enum UserConnections {
-    One(Arc<Connection>),
-    Many(ConnectionMap),
-}
-
-impl UserConnections {
-    fn insert(&mut self, connection: Arc<Connection>) {
-        match self {
-            UserConnections::One(only) if only.id() == connection.id() => *only = connection,
-            UserConnections::One(only) => {
-                let mut map = ConnectionMap::with_capacity(2);
-                map.insert(only.id().clone(), only.clone());
-                map.insert(connection.id().clone(), connection);
-                *self = UserConnections::Many(map);
-            }
-            UserConnections::Many(map) => {
-                map.insert(connection.id().clone(), connection);
-            }
-        }
-    }
-
-    /// Removes `id`; true when no connection is left.
-    fn remove(&mut self, id: &ConnectionId) -> bool {
-        match self {
-            UserConnections::One(only) => only.id() == id,
-            UserConnections::Many(map) => {
-                map.remove(id);
-                if map.len() == 1 {
-                    if let Some(last) = map.values().next().cloned() {
-                        *self = UserConnections::One(last);
-                    }
-                    return false;
-                }
-                map.is_empty()
-            }
-        }
-    }
-
-    fn for_each(&self, visit: &mut dyn FnMut(&Arc<Connection>)) {
-        match self {
-            UserConnections::One(only) => visit(only),
-            UserConnections::Many(map) => map.values().for_each(visit),
-        }
-    }
-}
 
 #[derive(Default)]
 struct UserGroups {

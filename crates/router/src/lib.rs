@@ -23,6 +23,7 @@ mod connection;
 mod hub;
 mod shard;
 mod traffic;
+mod users;
 
 pub use connection::{Batch, Connection, Outbound};
 pub use hub::{GroupJoin, GroupLimits, GroupMember, Hub, Join};
