@@ -69,31 +69,8 @@ impl Auth {
     }
 
     /// Verifies a bearer token whose audience must name `path` + `query` on one of this
-    /// service's origins, remembering it: for REST and dashboard callers, which send one
-    /// token many times.
+    /// service's origins; `usage` says whether it is worth remembering.
     pub(crate) fn authenticate(
-        &self,
-        token: Option<&str>,
-        path: &str,
-        query: Option<&str>,
-        strict: &Strictness<'_>,
-    ) -> Result<VerifiedToken, AuthError> {
-        self.check(Use::Repeated, token, path, query, strict)
-    }
-
-    /// [`Auth::authenticate`] for a connect's token, used at most twice (negotiate, then the
-    /// transport): not remembered, so that held connections do not fill the cache.
-    pub(crate) fn authenticate_once(
-        &self,
-        token: Option<&str>,
-        path: &str,
-        query: Option<&str>,
-        strict: &Strictness<'_>,
-    ) -> Result<VerifiedToken, AuthError> {
-        self.check(Use::Once, token, path, query, strict)
-    }
-
-    fn check(
         &self,
         usage: Use,
         token: Option<&str>,
@@ -137,8 +114,11 @@ impl Auth {
 
 /// Whether a token is worth remembering.
 #[derive(Clone, Copy)]
-enum Use {
+pub(crate) enum Use {
+    /// REST and dashboard callers send one token many times.
     Repeated,
+    /// A connect's token, used at most twice (negotiate, then the transport): not
+    /// remembered, so that held connections do not fill the cache.
     Once,
 }
 
@@ -169,7 +149,8 @@ pub(crate) fn authorize_hub(
     }
     let audience_query = format!("hub={}", hub.as_str());
     let token = auth
-        .authenticate_once(
+        .authenticate(
+            Use::Once,
             bearer_token(&request.headers, query),
             path,
             Some(&audience_query),

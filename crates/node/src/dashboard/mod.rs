@@ -102,10 +102,13 @@ impl Dashboard {
                 .into());
         }
         let strict = Strictness::default();
-        let by_access_key = self
-            .shared
-            .auth
-            .authenticate(token, DASHBOARD_PATH, None, &strict);
+        let by_access_key = self.shared.auth.authenticate(
+            crate::auth::Use::Repeated,
+            token,
+            DASHBOARD_PATH,
+            None,
+            &strict,
+        );
         match by_access_key {
             Ok(verified) => {
                 let admin = verified.claims.iter().any(|(name, value)| {
@@ -118,7 +121,13 @@ impl Dashboard {
             }
             Err(error) => match &self.dashboard_key {
                 Some(auth) => auth
-                    .authenticate(token, DASHBOARD_PATH, None, &strict)
+                    .authenticate(
+                        crate::auth::Use::Repeated,
+                        token,
+                        DASHBOARD_PATH,
+                        None,
+                        &strict,
+                    )
                     .map(|verified| Some(verified.expires_at))
                     .map_err(|e| e.to_string()),
                 None => Err(error.to_string()),

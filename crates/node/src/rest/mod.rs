@@ -145,6 +145,12 @@ fn authorize(shared: &Shared, parts: &Parts, api: Api) -> Result<VerifiedToken, 
     };
     shared
         .auth
-        .authenticate(Some(token), parts.uri.path(), parts.uri.query(), &strict)
+        .authenticate(
+            crate::auth::Use::Repeated,
+            Some(token),
+            parts.uri.path(),
+            parts.uri.query(),
+            &strict,
+        )
         .map_err(|e| RestError::Unauthorized(e.to_string()))
 }
